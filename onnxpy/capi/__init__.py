@@ -1,0 +1,3 @@
+"""Compatibility namespace mirroring ``onnxruntime.capi``."""
+
+from . import onnxruntime_pybind11_state  # noqa: F401

@@ -1,0 +1,111 @@
+"""Runs an :class:`ExecutionPlan` on a per-run slot list.  The loop never looks at op types."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..capi.onnxruntime_pybind11_state import Fail, _OrtError
+from ..errors import describe_value
+from .plan import SINK, ExecutionPlan
+
+_generic = np.generic
+_asarray = np.asarray
+
+
+class RunContext:
+    """Per-run settings the loop consults (terminate flag, profiler); None means a plain run."""
+
+    __slots__ = ("run_options", "profiler")
+
+    def __init__(self, run_options=None, profiler=None):
+        self.run_options = run_options
+        self.profiler = profiler
+
+
+def node_error(step, args, exc: BaseException) -> Exception:
+    node = step.node
+    shapes = ", ".join(f"{n or '<absent>'}: {describe_value(a)}" for n, a in zip(node.inputs, args))
+    msg = (
+        f"Non-zero status code returned while running {node.op_type} node. Name:'{node.name}' "
+        f"Status Message: {type(exc).__name__}: {exc} [inputs: {shapes}]"
+    )
+    return Fail.make(msg)
+
+
+def run_plan(plan: ExecutionPlan, inputs, outer=(), ctx: RunContext | None = None, feeds_by_slot=None):
+    """Execute ``plan``; ``inputs`` positional for the graph inputs (or ``feeds_by_slot``); returns outputs."""
+    vals = list(plan.template)
+    if feeds_by_slot is not None:
+        for s, v in feeds_by_slot:
+            vals[s] = v
+    else:
+        for s, v in zip(plan.input_slots.values(), inputs):
+            vals[s] = v
+    for s, v in zip(plan.outer_slots, outer):
+        vals[s] = v
+    if ctx is not None and (ctx.profiler is not None or ctx.run_options is not None):
+        _run_steps_ctx(plan, vals, ctx)
+    else:
+        _run_steps(plan, vals)
+    return [vals[s] for s in plan.output_slots]
+
+
+def _run_steps(plan, vals):
+    step = None
+    args = ()
+    try:
+        for step in plan.steps:
+            args = [vals[i] for i in step.ins]
+            res = step.fn(*args)
+            outs = step.outs
+            if len(outs) == 1:
+                if type(res) is tuple:
+                    res = res[0]
+                if isinstance(res, _generic):
+                    res = _asarray(res)
+                vals[outs[0]] = res
+            else:
+                if type(res) is not tuple:
+                    res = (res,)
+                for s, r in zip(outs, res):
+                    vals[s] = _asarray(r) if isinstance(r, _generic) else r
+            for s in step.free:
+                vals[s] = None
+            vals[SINK] = None
+    except _OrtError:
+        raise
+    except RecursionError as e:
+        raise Fail.make(f"Graph nesting too deep while running {step.node.describe()}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - every kernel failure becomes an onnxruntime-style error
+        raise node_error(step, args, e) from e
+
+
+def _run_steps_ctx(plan, vals, ctx: RunContext):
+    """The same loop with the per-run hooks (terminate flag, per-node profiling)."""
+    ro = ctx.run_options
+    prof = ctx.profiler
+    step = None
+    args = ()
+    try:
+        for step in plan.steps:
+            if ro is not None and ro.terminate:
+                raise Fail.make("Exiting due to terminate flag being set to true.")
+            args = [vals[i] for i in step.ins]
+            t0 = prof.now() if prof is not None else 0
+            res = step.fn(*args)
+            outs = step.outs
+            if type(res) is not tuple:
+                res = (res,)
+            for s, r in zip(outs, res):
+                vals[s] = _asarray(r) if isinstance(r, _generic) else r
+            if prof is not None:
+                prof.node_event(step, args, [vals[s] for s in outs], t0)
+            for s in step.free:
+                vals[s] = None
+            vals[SINK] = None
+    except _OrtError:
+        raise
+    except RecursionError as e:
+        raise Fail.make(f"Graph nesting too deep while running {step.node.describe()}: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise node_error(step, args, e) from e

@@ -1,0 +1,276 @@
+"""IR graph -> immutable :class:`ExecutionPlan`.
+
+Everything that can be decided before a run is decided here: kernels are resolved once, attributes bound,
+values given integer slots, constants placed in a template slot list, and each step carries the slots that
+die after it (free-after lists) so a run holds only live intermediates.  A plan is shared by all threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..capi.onnxruntime_pybind11_state import InvalidGraph, NotImplemented as OrtNotImplemented
+from ..ir.model import Graph, Node
+from ..ops import load_all, registry
+
+SINK = 0  # slot 0 always holds None: absent optional inputs read it, absent optional outputs write it
+
+
+@dataclass(frozen=True)
+class Step:
+    fn: Callable[..., Any]
+    ins: tuple  # input slots
+    outs: tuple  # output slots (SINK for absent optional outputs)
+    free: tuple  # slots whose value dies after this step
+    node: Node
+    index: int
+
+
+@dataclass
+class ExecutionPlan:
+    """Steps in topological order over integer slots; immutable once built."""
+
+    steps: tuple
+    n_slots: int
+    template: tuple  # initial slot values (constants bound, everything else None)
+    input_slots: dict  # graph input name -> slot
+    output_names: tuple
+    output_slots: tuple
+    slot_names: tuple  # slot -> value name (errors, profiling)
+    outer_names: tuple = ()  # outer-scope names this (sub)plan reads; fed after the inputs
+    outer_slots: tuple = ()
+    graph: Graph | None = None
+    opsets: dict = field(default_factory=dict)
+
+
+class SubgraphCall:
+    """A graph attribute bound to the outer-scope values of one kernel call: ``body(*inputs) -> list``."""
+
+    __slots__ = ("plan", "outer", "runner", "input_names", "output_names")
+
+    def __init__(self, plan: ExecutionPlan, outer: tuple, runner):
+        self.plan = plan
+        self.outer = outer
+        self.runner = runner
+        self.input_names = [v.name for v in plan.graph.inputs]
+        self.output_names = list(plan.output_names)
+
+    def __call__(self, *inputs):
+        return self.runner(self.plan, inputs, self.outer)
+
+
+def graph_free_names(g: Graph) -> list[str]:
+    """Names a graph reads from enclosing scopes (in first-use order), including its subgraphs' needs."""
+    defined = {v.name for v in g.inputs} | set(g.initializers)
+    free: list[str] = []
+    seen = set()
+
+    def use(name):
+        if name and name not in defined and name not in seen:
+            seen.add(name)
+            free.append(name)
+
+    for n in g.nodes:
+        for x in n.inputs:
+            use(x)
+        for sub in _subgraphs(n):
+            for x in graph_free_names(sub):
+                use(x)
+        defined.update(o for o in n.outputs if o)
+    for o in g.outputs:
+        use(o.name)
+    return free
+
+
+def _subgraphs(n: Node):
+    for v in n.attrs.values():
+        if isinstance(v, Graph):
+            yield v
+        elif isinstance(v, list) and v and isinstance(v[0], Graph):
+            yield from v
+
+
+class Planner:
+    """Builds plans; ``runner`` is the executor entry used by subgraph calls."""
+
+    def __init__(self, opsets: dict, runner, custom_ops=None, function_expander=None):
+        load_all()
+        self.opsets = opsets
+        self.runner = runner
+        self.custom_ops = custom_ops or {}
+        self.function_expander = function_expander
+
+    # -- kernel resolution -------------------------------------------------------------------------
+    def resolve(self, node: Node):
+        dom = "" if node.domain in ("", "ai.onnx") else node.domain
+        custom = self.custom_ops.get((dom, node.op_type))
+        if custom is not None:
+            return custom
+        opset = self.opsets.get(dom)
+        if opset is None:
+            if dom in ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml", "ai.onnx.preview.training"):
+                opset = 1 if dom != "ai.onnx.ml" else 5
+            else:
+                raise InvalidGraph.make(
+                    f"{node.describe()}: domain '{dom}' is not in the model's opset_import"
+                )
+        info = registry.lookup(dom, node.op_type, opset)
+        if info is not None:
+            return info
+        if self.function_expander is not None:
+            fk = self.function_expander(node, dom, opset, self)
+            if fk is not None:
+                return fk
+        have = registry.versions_of(dom, node.op_type)
+        detail = (f"kernels exist from opset(s) {have}" if have else "no kernel is implemented for it")
+        raise OrtNotImplemented.make(
+            f"Could not find an implementation for {node.op_type}({opset}) node with name '{node.name}' "
+            f"in domain '{dom or 'ai.onnx'}': {detail}"
+        )
+
+    # -- planning -------------------------------------------------------------------------------------
+    def plan(self, g: Graph, outer_names: tuple = (), keep: frozenset = frozenset()) -> ExecutionPlan:
+        slots: dict[str, int] = {}
+        names = [""]
+
+        def slot(name: str) -> int:
+            if not name:
+                return SINK
+            s = slots.get(name)
+            if s is None:
+                s = slots[name] = len(names)
+                names.append(name)
+            return s
+
+        input_slots = {v.name: slot(v.name) for v in g.inputs}
+        outer_slots = tuple(slot(n) for n in outer_names)
+        const_vals = {slot(k): v for k, v in g.initializers.items()}
+
+        raw_steps = []
+        produced = set(slots)
+        for idx, node in enumerate(g.nodes):
+            ins = []
+            for x in node.inputs:
+                if x and x not in produced:
+                    raise InvalidGraph.make(
+                        f"{node.describe()}: input '{x}' is not a graph input, initializer or output of an "
+                        "earlier node (the graph is not topologically sorted, has a cycle, or names a "
+                        "missing value)"
+                    )
+                ins.append(slot(x))
+            fn, implicit = self._bind(node)
+            ins.extend(slot(x) for x in implicit)
+            outs = []
+            for o in node.outputs:
+                if o and o in produced and o not in outer_names:
+                    raise InvalidGraph.make(f"{node.describe()}: output '{o}' is produced more than once")
+                outs.append(slot(o))
+                if o:
+                    produced.add(o)
+            raw_steps.append((fn, tuple(ins), tuple(outs), node, idx))
+
+        out_slots = []
+        for v in g.outputs:
+            if v.name not in slots:
+                raise InvalidGraph.make(f"Graph output '{v.name}' is not produced by any node or input")
+            out_slots.append(slots[v.name])
+
+        # free-after lists: a slot dies after its last reader unless it is an output/input/constant/outer
+        pinned = set(out_slots) | set(input_slots.values()) | set(const_vals) | set(outer_slots) | {SINK}
+        pinned |= {slots[k] for k in keep if k in slots}
+        last_use: dict[int, int] = {}
+        for i, (_, ins, outs, _, _) in enumerate(raw_steps):
+            for s in ins:
+                last_use[s] = i
+            for s in outs:
+                last_use.setdefault(s, i)
+        frees: dict[int, list[int]] = {}
+        for s, i in last_use.items():
+            if s not in pinned:
+                frees.setdefault(i, []).append(s)
+        steps = tuple(
+            Step(fn, ins, outs, tuple(frees.get(i, ())), node, idx)
+            for i, (fn, ins, outs, node, idx) in enumerate(raw_steps)
+        )
+        template = [None] * len(names)
+        for s, v in const_vals.items():
+            template[s] = v
+        return ExecutionPlan(
+            steps=steps,
+            n_slots=len(names),
+            template=tuple(template),
+            input_slots=input_slots,
+            output_names=tuple(v.name for v in g.outputs),
+            output_slots=tuple(out_slots),
+            slot_names=tuple(names),
+            outer_names=tuple(outer_names),
+            outer_slots=outer_slots,
+            graph=g,
+            opsets=self.opsets,
+        )
+
+    def _bind(self, node: Node):
+        """The step callable for a node, and the outer-scope names its subgraphs read (implicit inputs)."""
+        info = self.resolve(node)
+        if not isinstance(info, registry.KernelInfo):
+            return info, ()  # a ready callable (custom op or expanded function)
+        kwargs = {}
+        graph_attrs = {}
+        for k, v in node.attrs.items():
+            if k in info.attr_names or info.accepts_any_attr:
+                if isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph)):
+                    graph_attrs[k] = v
+                else:
+                    kwargs[k] = v
+        if "_num_outputs" in info.reserved:
+            kwargs["_num_outputs"] = len(node.outputs)
+        if "_opset" in info.reserved:
+            kwargs["_opset"] = self.opsets.get(info.domain, 1)
+        if "_node_name" in info.reserved:
+            kwargs["_node_name"] = node.name
+        if "_output_names" in info.reserved:
+            kwargs["_output_names"] = tuple(node.outputs)
+        if not graph_attrs:
+            return (functools.partial(info.fn, **kwargs) if kwargs else info.fn), ()
+        implicit: list[str] = []
+        subplans = {}
+        for k, g in graph_attrs.items():
+            if isinstance(g, list):
+                raise OrtNotImplemented.make(f"{node.describe()}: list-of-graphs attribute '{k}' is not supported")
+            free = graph_free_names(g)
+            for x in free:
+                if x not in implicit:
+                    implicit.append(x)
+        for k, g in graph_attrs.items():
+            subplans[k] = self.plan(g, outer_names=tuple(implicit))
+        return _GraphKernel(info.fn, kwargs, subplans, len(node.inputs), self.runner), tuple(implicit)
+
+
+class _GraphKernel:
+    """Calls a kernel whose attributes include graphs, binding them to this call's outer-scope values."""
+
+    def __init__(self, fn, kwargs, subplans, n_explicit, runner):
+        self.fn = fn
+        self.kwargs = kwargs
+        self.subplans = subplans
+        self.n = n_explicit
+        self.runner = runner
+
+    def __call__(self, *args):
+        outer = args[self.n:]
+        bound = {k: SubgraphCall(p, outer, self.runner) for k, p in self.subplans.items()}
+        return self.fn(*args[: self.n], **self.kwargs, **bound)
+
+
+def build_plan(graph: Graph, opsets: dict, runner, custom_ops=None, function_expander=None,
+               keep=frozenset()) -> ExecutionPlan:
+    return Planner(opsets, runner, custom_ops, function_expander).plan(graph, keep=keep)
+
+
+_np_generic = np.generic
+_lock = threading.Lock()

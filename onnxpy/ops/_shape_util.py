@@ -1,0 +1,100 @@
+"""Small helpers shared by the tensor / indexing / shape kernel modules (not a kernel module itself)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_ALLOC_BYTES = 2**34  # refuse to allocate outputs larger than this (16 GiB)
+
+
+def to_ints(v, what: str = "value") -> list[int]:
+    """A shape/axes-like input (tensor, list, scalar) as a list of Python ints."""
+    if v is None:
+        return []
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind not in "iub":
+            if v.dtype.kind == "f" or v.dtype.kind == "V" or v.dtype.type.__module__.startswith("ml_dtypes"):
+                return [int(x) for x in v.astype(np.float64).reshape(-1).tolist()]
+            raise TypeError(f"{what} must be an integer tensor, got dtype {v.dtype}")
+        return [int(x) for x in v.reshape(-1).tolist()]
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def scalar_int(v, what: str = "value") -> int:
+    """A scalar (or one-element) input as a Python int."""
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise ValueError(f"{what} must be a scalar or a one-element tensor, got shape {v.shape}")
+        return int(v.reshape(-1)[0])
+    return int(v)
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """Map ``axis`` in [-rank, rank-1] to [0, rank-1] or raise."""
+    a = int(axis)
+    if not -rank <= a < rank:
+        raise ValueError(f"{what} {axis} is out of range for a tensor of rank {rank}")
+    return a + rank if a < 0 else a
+
+
+def norm_axes(axes, rank: int, what: str = "axes", unique: bool = True) -> list[int]:
+    out = [norm_axis(a, rank, what) for a in axes]
+    if unique and len(set(out)) != len(out):
+        raise ValueError(f"{what} {list(axes)} contains duplicate axes")
+    return out
+
+
+def check_shape(shape, dtype, what: str = "output") -> tuple:
+    """Validate a requested output shape: no negative dims, total size at most MAX_ALLOC_BYTES."""
+    shape = tuple(int(d) for d in shape)
+    n = 1
+    for d in shape:
+        if d < 0:
+            raise ValueError(f"{what} shape {list(shape)} has a negative dimension")
+        n *= d
+    itemsize = np.dtype(dtype).itemsize or 8
+    if n * itemsize > MAX_ALLOC_BYTES:
+        raise ValueError(
+            f"{what} shape {list(shape)} would need {n * itemsize} bytes, more than the {MAX_ALLOC_BYTES} byte limit"
+        )
+    return shape
+
+
+def zero_of(dtype):
+    """The padding/"zero" value of a dtype ('' for strings, False for bool)."""
+    dt = np.dtype(dtype)
+    if dt == object:
+        return ""
+    return np.zeros((), dtype=dt)[()]
+
+
+def full(shape, value, dtype) -> np.ndarray:
+    """np.full that also works for object (string) arrays and ml_dtypes."""
+    if np.dtype(dtype) == object:
+        out = np.empty(shape, dtype=object)
+        out.fill(value)
+        return out
+    return np.full(shape, value, dtype=dtype)
+
+
+def norm_indices(idx: np.ndarray, dim, what: str = "indices") -> np.ndarray:
+    """Indices in [-dim, dim-1] -> [0, dim-1] (int64), raising on anything out of range.
+
+    ``dim`` may be an int or an array broadcastable against ``idx``.
+    """
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"{what} must be an integer tensor, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size == 0:
+        return idx
+    neg = idx < 0
+    if neg.any():
+        idx = np.where(neg, idx + dim, idx)
+    bad = (idx < 0) | (idx >= dim)
+    if bad.any():
+        orig = np.where(neg, idx - dim, idx)[bad].reshape(-1)[0]
+        rng = f" (valid range [{-dim}, {dim - 1}])" if np.ndim(dim) == 0 else ""
+        raise IndexError(f"{what} value {int(orig)} is out of range{rng}")
+    return idx

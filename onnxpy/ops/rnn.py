@@ -1,0 +1,378 @@
+"""Recurrent layers: RNN, GRU, LSTM (every opset version).
+
+The input projection ``X @ W^T (+ biases)`` is computed for all time steps with one matmul; only the recurrent
+part runs in a Python loop over time steps (vectorised over batch and hidden units).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from .registry import kernel
+
+# --------------------------------------------------------------------------------------------------------------
+# activation functions
+# --------------------------------------------------------------------------------------------------------------
+
+# name -> (needs alpha, needs beta, default alpha, default beta)
+_ACT_PARAMS = {
+    "relu": (False, False, 0.0, 0.0),
+    "tanh": (False, False, 0.0, 0.0),
+    "sigmoid": (False, False, 0.0, 0.0),
+    "affine": (True, True, 1.0, 0.0),
+    "leakyrelu": (True, False, 0.01, 0.0),
+    "thresholdedrelu": (True, False, 1.0, 0.0),
+    "scaledtanh": (True, True, 1.0, 1.0),
+    "hardsigmoid": (True, True, 0.2, 0.5),
+    "elu": (True, False, 1.0, 0.0),
+    "softsign": (False, False, 0.0, 0.0),
+    "softplus": (False, False, 0.0, 0.0),
+}
+
+
+def _make_act(name: str, alpha: float, beta: float):
+    key = name.lower()
+    if key == "relu":
+        return lambda x: np.maximum(x, 0)
+    if key == "tanh":
+        return np.tanh
+    if key == "sigmoid":
+        return expit
+    if key == "affine":
+        return lambda x: alpha * x + beta
+    if key == "leakyrelu":
+        return lambda x: np.where(x >= 0, x, alpha * x)
+    if key == "thresholdedrelu":
+        return lambda x: np.where(x >= alpha, x, 0).astype(x.dtype, copy=False)
+    if key == "scaledtanh":
+        return lambda x: alpha * np.tanh(beta * x)
+    if key == "hardsigmoid":
+        return lambda x: np.clip(alpha * x + beta, 0, 1)
+    if key == "elu":
+        return lambda x: np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
+    if key == "softsign":
+        return lambda x: x / (1 + np.abs(x))
+    if key == "softplus":
+        return lambda x: np.logaddexp(0, x).astype(x.dtype, copy=False)
+    raise ValueError(f"unsupported RNN activation function {name!r}")
+
+
+def _activations(names, alphas, betas, defaults: list[str], num_directions: int):
+    """Per direction list of activation callables (``len(defaults)`` per direction)."""
+    per = len(defaults)
+    if not names:
+        names = list(defaults) * num_directions
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    if len(names) == per and num_directions == 2:
+        names = names * 2
+    if len(names) != per * num_directions:
+        raise ValueError(
+            f"activations must list {per * num_directions} functions for {num_directions} direction(s), "
+            f"got {len(names)}: {names}"
+        )
+    alphas = list(alphas or [])
+    betas = list(betas or [])
+    ai = bi = 0
+    funcs = []
+    for n in names:
+        if n.lower() not in _ACT_PARAMS:
+            raise ValueError(f"unsupported RNN activation function {n!r}")
+        need_a, need_b, da, db = _ACT_PARAMS[n.lower()]
+        a, b = da, db
+        if need_a and ai < len(alphas):
+            a = float(alphas[ai])
+            ai += 1
+        if need_b and bi < len(betas):
+            b = float(betas[bi])
+            bi += 1
+        funcs.append(_make_act(n, a, b))
+    return [funcs[d * per:(d + 1) * per] for d in range(num_directions)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# shared plumbing
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _compute_dtype(dt: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+def _num_directions(direction) -> tuple[int, list[bool]]:
+    d = direction.decode() if isinstance(direction, bytes) else str(direction)
+    if d in ("forward", "foward"):
+        return 1, [False]
+    if d == "reverse":
+        return 1, [True]
+    if d == "bidirectional":
+        return 2, [False, True]
+    raise ValueError(f"direction must be forward, reverse or bidirectional, got {d!r}")
+
+
+class _Prep:
+    """Validated, layout-normalised inputs shared by RNN/GRU/LSTM."""
+
+    def __init__(self, op, X, W, R, B, sequence_lens, initial_h, direction, hidden_size, layout, gates, extra_states=()):
+        if X is None or W is None or R is None:
+            raise ValueError(f"{op}: inputs X, W and R are required")
+        X, W, R = np.asarray(X), np.asarray(W), np.asarray(R)
+        if X.ndim != 3:
+            raise ValueError(f"{op}: X must be 3-D, got shape {X.shape}")
+        if layout not in (0, 1):
+            raise ValueError(f"{op}: layout must be 0 or 1, got {layout}")
+        self.out_dtype = X.dtype
+        if X.dtype.kind != "f" and X.dtype.name != "bfloat16":
+            raise TypeError(f"{op}: X must be a floating tensor, got {X.dtype}")
+        ct = _compute_dtype(X.dtype)
+        self.ct = ct
+        self.layout = layout
+        if layout == 1:
+            X = X.transpose(1, 0, 2)
+        T, Bsz, I = X.shape
+        self.T, self.B = T, Bsz
+        D, self.reverse = _num_directions(direction)
+        self.D = D
+        if W.ndim != 3 or W.shape[0] != D or W.shape[2] != I or W.shape[1] % gates:
+            raise ValueError(f"{op}: W has shape {W.shape}, expected [{D}, {gates}*hidden_size, {I}]")
+        H = W.shape[1] // gates
+        if hidden_size is not None and int(hidden_size) != H:
+            raise ValueError(f"{op}: hidden_size={hidden_size} does not match W of shape {W.shape}")
+        self.H = H
+        if R.shape != (D, gates * H, H):
+            raise ValueError(f"{op}: R has shape {R.shape}, expected {(D, gates * H, H)}")
+        self.X = X.astype(ct, copy=False)
+        self.W = W.astype(ct, copy=False)
+        self.R = R.astype(ct, copy=False)
+        if B is None:
+            self.Wb = np.zeros((D, gates * H), ct)
+            self.Rb = np.zeros((D, gates * H), ct)
+        else:
+            B = np.asarray(B).astype(ct, copy=False)
+            if B.shape != (D, 2 * gates * H):
+                raise ValueError(f"{op}: B has shape {B.shape}, expected {(D, 2 * gates * H)}")
+            self.Wb, self.Rb = B[:, : gates * H], B[:, gates * H:]
+        self.seq_lens = None
+        if sequence_lens is not None:
+            sl = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
+            if sl.shape != (Bsz,):
+                raise ValueError(f"{op}: sequence_lens has shape {np.shape(sequence_lens)}, expected ({Bsz},)")
+            if np.any(sl < 0) or np.any(sl > T):
+                raise ValueError(f"{op}: sequence_lens values must lie in [0, {T}], got {sl.tolist()}")
+            if not np.all(sl == T):
+                self.seq_lens = sl
+        self.states = [self._state(op, "initial_h", initial_h)]
+        for name, s in extra_states:
+            self.states.append(self._state(op, name, s))
+
+    def _state(self, op, name, s):
+        shape = (self.D, self.B, self.H)
+        if s is None:
+            return np.zeros(shape, self.ct)
+        s = np.asarray(s).astype(self.ct, copy=False)
+        if self.layout == 1:
+            if s.ndim == 3:
+                s = s.transpose(1, 0, 2)
+        if s.shape != shape:
+            raise ValueError(f"{op}: {name} has shape {s.shape}, expected {shape} (layout {self.layout})")
+        return s
+
+    def input_projection(self, d: int, bias: np.ndarray) -> np.ndarray:
+        """``X @ W[d]^T + bias`` for every time step: shape [T, B, gates*H]."""
+        T, Bsz, I = self.X.shape
+        xw = self.X.reshape(T * Bsz, I) @ self.W[d].T
+        xw += bias
+        return xw.reshape(T, Bsz, -1)
+
+    def time_steps(self, d: int):
+        """(t, mask) for each step of direction ``d``; mask is None when every batch entry is active."""
+        order = range(self.T - 1, -1, -1) if self.reverse[d] else range(self.T)
+        for t in order:
+            yield t, (None if self.seq_lens is None else (t < self.seq_lens)[:, None])
+
+    def finish(self, Y, finals, want_y: bool):
+        """Cast and lay out the outputs: Y [T, D, B, H] and the final states [D, B, H]."""
+        od = self.out_dtype
+        outs = []
+        if want_y:
+            Yo = Y.astype(od, copy=False)
+            if self.layout == 1:
+                Yo = np.ascontiguousarray(Yo.transpose(2, 0, 1, 3))
+            outs.append(Yo)
+        else:
+            outs.append(None)
+        for s in finals:
+            so = s.astype(od, copy=False)
+            if self.layout == 1:
+                so = np.ascontiguousarray(so.transpose(1, 0, 2))
+            outs.append(so)
+        return tuple(outs)
+
+
+def _clipper(clip):
+    if clip is None:
+        return lambda x: x
+    c = float(clip)
+    if c <= 0:
+        raise ValueError(f"clip must be positive, got {clip}")
+    return lambda x: np.clip(x, -c, c, out=x)
+
+
+def _want_y(_num_outputs, _output_names) -> bool:
+    if _output_names is not None:
+        return len(_output_names) > 0 and _output_names[0] != ""
+    return True
+
+
+# --------------------------------------------------------------------------------------------------------------
+# RNN
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _rnn(X, W, R, B, sequence_lens, initial_h, activation_alpha, activation_beta, activations, clip, direction,
+         hidden_size, layout, want_y):
+    p = _Prep("RNN", X, W, R, B, sequence_lens, initial_h, direction, hidden_size, layout, 1)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], p.D)
+    clp = _clipper(clip)
+    Y = np.zeros((p.T, p.D, p.B, p.H), p.ct) if want_y else None
+    finals = np.empty((p.D, p.B, p.H), p.ct)
+    for d in range(p.D):
+        f = acts[d][0]
+        xw = p.input_projection(d, p.Wb[d] + p.Rb[d])
+        Rt = p.R[d].T
+        h = p.states[0][d]
+        for t, m in p.time_steps(d):
+            hn = f(clp(xw[t] + h @ Rt))
+            if m is None:
+                h = hn
+                if want_y:
+                    Y[t, d] = hn
+            else:
+                h = np.where(m, hn, h)
+                if want_y:
+                    Y[t, d] = np.where(m, hn, 0)
+        finals[d] = h
+    return p.finish(Y, [finals], want_y)
+
+
+@kernel("RNN", since=(1, 7, 14, 22))
+def rnn(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
+        activations=None, clip=None, direction="forward", hidden_size=None, layout=0, output_sequence=0,
+        _output_names=None):
+    y = _want_y(None, _output_names)
+    return _rnn(X, W, R, B, sequence_lens, initial_h, activation_alpha, activation_beta, activations, clip,
+                direction, hidden_size, layout, y)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GRU
+# --------------------------------------------------------------------------------------------------------------
+
+
+@kernel("GRU", since=(1, 3, 7, 14, 22))
+def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
+        activations=None, clip=None, direction="forward", hidden_size=None, layout=0, linear_before_reset=0,
+        output_sequence=0, _output_names=None):
+    want_y = _want_y(None, _output_names)
+    p = _Prep("GRU", X, W, R, B, sequence_lens, initial_h, direction, hidden_size, layout, 3)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], p.D)
+    clp = _clipper(clip)
+    H = p.H
+    Y = np.zeros((p.T, p.D, p.B, H), p.ct) if want_y else None
+    finals = np.empty((p.D, p.B, H), p.ct)
+    for d in range(p.D):
+        f, g = acts[d]
+        bias = p.Wb[d].copy()
+        bias[: 2 * H] += p.Rb[d][: 2 * H]
+        if not linear_before_reset:
+            bias[2 * H:] += p.Rb[d][2 * H:]
+        xw = p.input_projection(d, bias)
+        Rd = p.R[d]
+        Rzr_t = Rd[: 2 * H].T
+        Rh_t = Rd[2 * H:].T
+        R_t = Rd.T
+        Rbh = p.Rb[d][2 * H:]
+        h = p.states[0][d]
+        for t, m in p.time_steps(d):
+            x = xw[t]
+            if linear_before_reset:
+                hr = h @ R_t
+                zr = f(clp(x[:, : 2 * H] + hr[:, : 2 * H]))
+                z, r = zr[:, :H], zr[:, H:]
+                hh = g(clp(x[:, 2 * H:] + r * (hr[:, 2 * H:] + Rbh)))
+            else:
+                zr = f(clp(x[:, : 2 * H] + h @ Rzr_t))
+                z, r = zr[:, :H], zr[:, H:]
+                hh = g(clp(x[:, 2 * H:] + (r * h) @ Rh_t))
+            hn = hh + z * (h - hh)  # (1 - z) * hh + z * h
+            if m is None:
+                h = hn
+                if want_y:
+                    Y[t, d] = hn
+            else:
+                h = np.where(m, hn, h)
+                if want_y:
+                    Y[t, d] = np.where(m, hn, 0)
+        finals[d] = h
+    return p.finish(Y, [finals], want_y)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LSTM
+# --------------------------------------------------------------------------------------------------------------
+
+
+@kernel("LSTM", since=(1, 7, 14, 22))
+def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *, activation_alpha=None,
+         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0,
+         layout=0, output_sequence=0, _output_names=None):
+    want_y = _want_y(None, _output_names)
+    p = _Prep("LSTM", X, W, R, B, sequence_lens, initial_h, direction, hidden_size, layout, 4,
+              extra_states=[("initial_c", initial_c)])
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], p.D)
+    clp = _clipper(clip)
+    H = p.H
+    if P is not None:
+        P = np.asarray(P).astype(p.ct, copy=False)
+        if P.shape != (p.D, 3 * H):
+            raise ValueError(f"LSTM: P has shape {P.shape}, expected {(p.D, 3 * H)}")
+    Y = np.zeros((p.T, p.D, p.B, H), p.ct) if want_y else None
+    fin_h = np.empty((p.D, p.B, H), p.ct)
+    fin_c = np.empty((p.D, p.B, H), p.ct)
+    for d in range(p.D):
+        f, g, hf = acts[d]
+        xw = p.input_projection(d, p.Wb[d] + p.Rb[d])
+        R_t = p.R[d].T
+        if P is not None:
+            pi, po, pf = P[d, :H], P[d, H: 2 * H], P[d, 2 * H:]
+        h = p.states[0][d]
+        c = p.states[1][d]
+        for t, m in p.time_steps(d):
+            gates = xw[t] + h @ R_t
+            gi, go, gf, gc = gates[:, :H], gates[:, H: 2 * H], gates[:, 2 * H: 3 * H], gates[:, 3 * H:]
+            if P is not None:
+                gi = gi + pi * c
+                gf = gf + pf * c
+            i = f(clp(gi))
+            if input_forget:
+                fg = 1 - i
+            else:
+                fg = f(clp(gf))
+            cc = g(clp(gc))
+            cn = fg * c + i * cc
+            if P is not None:
+                go = go + po * cn
+            o = f(clp(go))
+            hn = o * hf(cn)
+            if m is None:
+                h, c = hn, cn
+                if want_y:
+                    Y[t, d] = hn
+            else:
+                h = np.where(m, hn, h)
+                c = np.where(m, cn, c)
+                if want_y:
+                    Y[t, d] = np.where(m, hn, 0)
+        fin_h[d] = h
+        fin_c[d] = c
+    return p.finish(Y, [fin_h, fin_c], want_y)

@@ -1,0 +1,382 @@
+"""Tensor layout kernels: Reshape, Transpose, Concat, Split, Squeeze/Unsqueeze, Flatten, Tile, Expand,
+DepthToSpace/SpaceToDepth, Trilu, ReverseSequence.
+
+Kernels return numpy views wherever numpy allows (reshape, transpose, split, squeeze); they never write into
+their inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._shape_util import check_shape, norm_axes, norm_axis, scalar_int, to_ints, zero_of
+from .registry import kernel
+
+# ----------------------------------------------------------------------------------------------------------
+# Reshape
+
+
+def _reshape(x: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
+    new = list(shape)
+    neg = -1
+    known = 1
+    for i, d in enumerate(new):
+        if d == -1:
+            if neg >= 0:
+                raise ValueError(f"Reshape: shape {shape} has more than one -1")
+            neg = i
+            continue
+        if d == 0 and not allowzero:
+            if i >= x.ndim:
+                raise ValueError(f"Reshape: shape {shape} copies dimension {i} (0) but the input has rank {x.ndim}")
+            d = new[i] = x.shape[i]
+        elif d < 0:
+            raise ValueError(f"Reshape: shape {shape} has an invalid negative dimension {d}")
+        known *= d
+    if neg >= 0:
+        if allowzero and 0 in shape:
+            raise ValueError(f"Reshape: shape {shape} has both 0 and -1 while allowzero=1")
+        if known == 0:
+            if x.size != 0:
+                raise ValueError(f"Reshape: cannot reshape input of shape {list(x.shape)} to {shape}")
+            new[neg] = 0
+        else:
+            if x.size % known:
+                raise ValueError(f"Reshape: cannot reshape input of shape {list(x.shape)} to {shape}")
+            new[neg] = x.size // known
+    elif known != x.size:
+        raise ValueError(
+            f"Reshape: input of shape {list(x.shape)} ({x.size} elements) cannot be reshaped to {shape} "
+            f"({known} elements)"
+        )
+    return x.reshape(new)
+
+
+@kernel("Reshape", since=1)
+def reshape_1(data, *, shape=None, consumed_inputs=None):
+    if shape is None:
+        raise ValueError("Reshape-1: the 'shape' attribute is required")
+    return _reshape(np.asarray(data), to_ints(shape), 0)
+
+
+@kernel("Reshape", since=5)
+def reshape_5(data, shape):
+    return _reshape(data, to_ints(shape, "shape"), 0)
+
+
+@kernel("Reshape", since=14)
+def reshape_14(data, shape, *, allowzero=0):
+    return _reshape(data, to_ints(shape, "shape"), allowzero)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Transpose
+
+
+@kernel("Transpose", since=1)
+def transpose(data, *, perm=None):
+    if perm is None:
+        return data.transpose()
+    perm = list(perm)
+    if sorted(perm) != list(range(data.ndim)):
+        raise ValueError(f"Transpose: perm {perm} is not a permutation of the {data.ndim} axes of the input")
+    return data.transpose(perm)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Concat
+
+
+def _concat(inputs, axis):
+    if not inputs:
+        raise ValueError("Concat needs at least one input")
+    rank = inputs[0].ndim
+    if rank == 0:
+        raise ValueError("Concat: inputs must have rank >= 1")
+    ax = norm_axis(axis, rank)
+    if len(inputs) == 1:
+        return inputs[0]
+    for t in inputs[1:]:
+        if t.ndim != rank or t.shape[:ax] != inputs[0].shape[:ax] or t.shape[ax + 1:] != inputs[0].shape[ax + 1:]:
+            raise ValueError(
+                f"Concat: input shapes {[list(t.shape) for t in inputs]} differ outside axis {axis}"
+            )
+    return np.concatenate(inputs, axis=ax)
+
+
+@kernel("Concat", since=1)
+def concat_1(*inputs, axis=1):
+    return _concat(inputs, axis)
+
+
+@kernel("Concat", since=4)
+def concat_4(*inputs, axis=None):
+    if axis is None:
+        raise ValueError("Concat: the 'axis' attribute is required")
+    return _concat(inputs, axis)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Split
+
+
+def _split(x, axis, sizes, n_out):
+    if x.ndim == 0:
+        raise ValueError("Split: input must have rank >= 1")
+    ax = norm_axis(axis, x.ndim)
+    dim = x.shape[ax]
+    if sizes is None:
+        if n_out <= 0:
+            raise ValueError("Split: no outputs")
+        if dim % n_out:
+            raise ValueError(f"Split: dimension {dim} of axis {axis} is not divisible into {n_out} equal parts")
+        sizes = [dim // n_out] * n_out
+    else:
+        sizes = [int(s) for s in sizes]
+        if any(s < 0 for s in sizes) or sum(sizes) != dim:
+            raise ValueError(f"Split: split sizes {sizes} do not sum to dimension {dim} of axis {axis}")
+        if n_out and len(sizes) != n_out:
+            raise ValueError(f"Split: {len(sizes)} split sizes given for {n_out} outputs")
+    out = []
+    idx = [slice(None)] * x.ndim
+    start = 0
+    for s in sizes:
+        idx[ax] = slice(start, start + s)
+        out.append(x[tuple(idx)])
+        start += s
+    return tuple(out)
+
+
+@kernel("Split", since=1)
+def split_1(x, split=None, *, axis=0, _num_outputs=1, **_ignored):
+    sizes = _ignored.get("split")
+    if split is not None:
+        sizes = to_ints(split, "split")
+    return _split(x, axis, sizes, _num_outputs)
+
+
+@kernel("Split", since=2)
+def split_2(x, *, axis=0, split=None, _num_outputs=1):
+    return _split(x, axis, None if not split else list(split), _num_outputs)
+
+
+@kernel("Split", since=13)
+def split_13(x, split=None, *, axis=0, _num_outputs=1):
+    return _split(x, axis, None if split is None or split.size == 0 else to_ints(split, "split"), _num_outputs)
+
+
+@kernel("Split", since=18)
+def split_18(x, split=None, *, axis=0, num_outputs=None, _num_outputs=1):
+    if split is not None and split.size > 0:
+        if num_outputs is not None:
+            raise ValueError("Split: both the 'split' input and the 'num_outputs' attribute are given")
+        return _split(x, axis, to_ints(split, "split"), _num_outputs)
+    n = _num_outputs if num_outputs is None else int(num_outputs)
+    if n <= 0:
+        raise ValueError(f"Split: num_outputs must be positive, got {n}")
+    if num_outputs is not None and n != _num_outputs:
+        raise ValueError(f"Split: num_outputs={n} but the node declares {_num_outputs} outputs")
+    if x.ndim == 0:
+        raise ValueError("Split: input must have rank >= 1")
+    dim = x.shape[norm_axis(axis, x.ndim)]
+    chunk = -(-dim // n)
+    sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
+    if sizes[-1] < 0:
+        raise ValueError(f"Split: dimension {dim} cannot be split into {n} outputs of size {chunk}")
+    return _split(x, axis, sizes, n)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Squeeze / Unsqueeze / Flatten
+
+
+def _squeeze(x, axes):
+    if not axes:  # absent or empty: remove every size-1 dimension (as onnxruntime does)
+        return np.squeeze(x)
+    ax = norm_axes(axes, x.ndim)
+    for a in ax:
+        if x.shape[a] != 1:
+            raise ValueError(f"Squeeze: dimension {a} of input shape {list(x.shape)} is not 1")
+    return x.reshape([d for i, d in enumerate(x.shape) if i not in ax])
+
+
+@kernel("Squeeze", since=1)
+def squeeze_1(data, *, axes=None):
+    return _squeeze(data, axes)
+
+
+@kernel("Squeeze", since=13)
+def squeeze_13(data, axes=None):
+    return _squeeze(data, None if axes is None else to_ints(axes, "axes"))
+
+
+def _unsqueeze(x, axes):
+    r = x.ndim + len(axes)
+    ax = norm_axes(axes, r)
+    shape = list(x.shape)
+    for a in sorted(ax):
+        shape.insert(a, 1)
+    return x.reshape(shape)
+
+
+@kernel("Unsqueeze", since=1)
+def unsqueeze_1(data, *, axes=None):
+    if axes is None:
+        raise ValueError("Unsqueeze: the 'axes' attribute is required")
+    return _unsqueeze(data, list(axes))
+
+
+@kernel("Unsqueeze", since=13)
+def unsqueeze_13(data, axes):
+    return _unsqueeze(data, to_ints(axes, "axes"))
+
+
+@kernel("Flatten", since=1)
+def flatten(x, *, axis=1):
+    r = x.ndim
+    a = int(axis)
+    if not -r <= a <= r:
+        raise ValueError(f"Flatten: axis {axis} is out of range for a tensor of rank {r}")
+    if a < 0:
+        a += r
+    outer = 1
+    for d in x.shape[:a]:
+        outer *= d
+    inner = 1
+    for d in x.shape[a:]:
+        inner *= d
+    return x.reshape(outer, inner)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Tile / Expand
+
+
+@kernel("Tile", since=1)
+def tile_1(x, tiles, axis):
+    t = scalar_int(tiles, "tiles")
+    a = norm_axis(scalar_int(axis, "axis"), x.ndim)
+    reps = [1] * x.ndim
+    reps[a] = t
+    return _tile(x, reps)
+
+
+def _tile(x, reps):
+    if len(reps) != x.ndim:
+        raise ValueError(f"Tile: repeats has {len(reps)} entries but the input has rank {x.ndim}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"Tile: repeats {reps} has negative values")
+    check_shape([d * r for d, r in zip(x.shape, reps)], x.dtype, "Tile output")
+    if all(r == 1 for r in reps):
+        return x
+    return np.tile(x, reps)
+
+
+@kernel("Tile", since=6)
+def tile_6(x, repeats):
+    return _tile(x, to_ints(repeats, "repeats"))
+
+
+@kernel("Expand", since=8)
+def expand(x, shape):
+    shp = to_ints(shape, "shape")
+    if any(d < 0 for d in shp):
+        raise ValueError(f"Expand: shape {shp} has negative dimensions")
+    try:
+        out_shape = np.broadcast_shapes(x.shape, tuple(shp))
+    except ValueError:
+        raise ValueError(f"Expand: input shape {list(x.shape)} cannot be broadcast to {shp}") from None
+    if out_shape == x.shape:
+        return x
+    check_shape(out_shape, x.dtype, "Expand output")
+    return np.broadcast_to(x, out_shape)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# DepthToSpace / SpaceToDepth
+
+
+def _block(x, blocksize, op):
+    if blocksize is None:
+        raise ValueError(f"{op}: the 'blocksize' attribute is required")
+    b = int(blocksize)
+    if b <= 0:
+        raise ValueError(f"{op}: blocksize must be positive, got {b}")
+    if x.ndim != 4:
+        raise ValueError(f"{op}: input must be 4-D (N, C, H, W), got shape {list(x.shape)}")
+    return b
+
+
+@kernel("DepthToSpace", since=1)
+def depth_to_space(x, *, blocksize=None, mode="DCR"):
+    b = _block(x, blocksize, "DepthToSpace")
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise ValueError(f"DepthToSpace: channels {c} not divisible by blocksize^2 = {b * b}")
+    oc = c // (b * b)
+    if mode == "DCR":
+        t = x.reshape(n, b, b, oc, h, w).transpose(0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        t = x.reshape(n, oc, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    else:
+        raise ValueError(f"DepthToSpace: unknown mode {mode!r} (expected 'DCR' or 'CRD')")
+    return t.reshape(n, oc, h * b, w * b)
+
+
+@kernel("SpaceToDepth", since=1)
+def space_to_depth(x, *, blocksize=None, mode="DCR"):
+    b = _block(x, blocksize, "SpaceToDepth")
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise ValueError(f"SpaceToDepth: spatial dims {h}x{w} not divisible by blocksize {b}")
+    t = x.reshape(n, c, h // b, b, w // b, b)
+    if mode == "DCR":
+        t = t.transpose(0, 3, 5, 1, 2, 4)
+    elif mode == "CRD":
+        t = t.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        raise ValueError(f"SpaceToDepth: unknown mode {mode!r} (expected 'DCR' or 'CRD')")
+    return t.reshape(n, c * b * b, h // b, w // b)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Trilu
+
+
+@kernel("Trilu", since=14)
+def trilu(x, k=None, *, upper=1):
+    if x.ndim < 2:
+        raise ValueError(f"Trilu: input must have rank >= 2, got shape {list(x.shape)}")
+    kk = 0 if k is None else scalar_int(k, "k")
+    n, m = x.shape[-2:]
+    # keep[i, j] is True where the element survives
+    if upper:
+        keep = ~np.tri(n, m, kk - 1, dtype=bool)
+    else:
+        keep = np.tri(n, m, kk, dtype=bool)
+    return np.where(keep, x, np.asarray(zero_of(x.dtype), dtype=x.dtype))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ReverseSequence
+
+
+@kernel("ReverseSequence", since=10)
+def reverse_sequence(x, sequence_lens, *, batch_axis=1, time_axis=0):
+    if x.ndim < 2:
+        raise ValueError(f"ReverseSequence: input must have rank >= 2, got shape {list(x.shape)}")
+    ba, ta = norm_axis(batch_axis, x.ndim, "batch_axis"), norm_axis(time_axis, x.ndim, "time_axis")
+    if {ba, ta} != {0, 1}:
+        raise ValueError(f"ReverseSequence: batch_axis/time_axis must be 0 and 1, got {batch_axis}, {time_axis}")
+    T, B = x.shape[ta], x.shape[ba]
+    lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
+    if lens.shape[0] != B:
+        raise ValueError(f"ReverseSequence: sequence_lens has {lens.shape[0]} entries for batch size {B}")
+    if ((lens < 0) | (lens > T)).any():
+        raise ValueError(f"ReverseSequence: sequence_lens {lens.tolist()} out of range [0, {T}]")
+    t = np.arange(T, dtype=np.int64)[:, None]
+    src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (T, B)
+    bidx = np.arange(B, dtype=np.int64)
+    if ta == 0:
+        return x[src, bidx[None, :]]
+    return x[bidx[:, None], src.T]

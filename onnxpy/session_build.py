@@ -1,0 +1,191 @@
+"""Session state: the loaded model, its plan, and the feed checks/conversions onnxruntime performs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .capi.onnxruntime_pybind11_state import InvalidArgument
+from .execution.executor import RunContext, run_plan
+from .execution.functions import make_function_expander
+from .execution.plan import build_plan
+from .ir.load import load_model, read_model_proto, model_from_proto
+from .nodearg import INT64_MAX, ModelMetadata, NodeArg
+from .ortvalue import OrtValue
+
+
+def _subgraph_runner(plan, inputs, outer):
+    return run_plan(plan, inputs, outer)
+
+
+class SessionState:
+    """Everything a session needs at run time; immutable after construction (shared by threads)."""
+
+    def __init__(self, source, options, providers, kwargs):
+        self.source = source
+        self.options = options
+        if isinstance(source, (bytes, bytearray, memoryview)) or hasattr(source, "SerializeToString"):
+            model = load_model(source)
+        else:
+            proto, base_dir = read_model_proto(source)
+            model = model_from_proto(proto, base_dir)
+        self._apply_initializer_overrides(model)
+        from .optimizer import optimize
+
+        model = optimize(model, options, kwargs)
+        self.model = model
+        g = model.graph
+        self.profiler = None
+        if options.enable_profiling:
+            from .profiling import Profiler
+
+            self.profiler = Profiler(options.profile_file_prefix, source)
+        custom = dict(getattr(options, "_custom_ops", {}))
+        self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
+                               function_expander=make_function_expander(_subgraph_runner))
+
+        init_names = set(g.initializers)
+        dim_override = self._dim_override if (options._free_dims_by_name or options._free_dims_by_denotation) else None
+        self.input_infos = [v for v in g.inputs if v.name not in init_names]
+        self.inputs = [NodeArg.from_value_info(v, dim_override) for v in self.input_infos]
+        self.overridable = [NodeArg.from_value_info(v) for v in g.inputs if v.name in init_names]
+        self.outputs = [NodeArg.from_value_info(v) for v in g.outputs]
+        self.required = [v.name for v in self.input_infos if v.type is None or v.type.kind != "optional"]
+        self.feedable = {v.name: v for v in g.inputs}
+        # name -> (slot, kind, np dtype or None, checked dims tuple or None)
+        self.feed_specs = {}
+        for v, arg in zip(self.input_infos, self.inputs):
+            self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, arg.shape)
+        for v in g.inputs:
+            if v.name in init_names:
+                self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, None)
+        self.output_index = {n: i for i, n in enumerate(self.plan.output_names)}
+        self.meta = ModelMetadata(
+            producer_name=model.producer_name,
+            graph_name=g.name,
+            domain=model.domain,
+            description=model.doc_string,
+            graph_description=g.doc_string,
+            version=model.model_version if model.model_version is not None else INT64_MAX,
+            custom_metadata_map=model.metadata,
+        )
+
+    def _apply_initializer_overrides(self, model):
+        for name, ov in self.options._initializers.items():
+            model.graph.initializers[name] = ov._value
+
+    def _dim_override(self, d, denotation):
+        if isinstance(d, str) and d in self.options._free_dims_by_name:
+            return self.options._free_dims_by_name[d]
+        if denotation and denotation in self.options._free_dims_by_denotation:
+            return self.options._free_dims_by_denotation[denotation]
+        return d
+
+    # -- feeds ------------------------------------------------------------------------------------
+    def check_missing(self, feed):
+        missing = [n for n in self.required if n not in feed]
+        if missing:
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(feed)}).")
+
+    def convert_feed(self, name, value):
+        spec = self.feed_specs.get(name)
+        if spec is None:
+            raise InvalidArgument.make(f"Invalid input name: {name}")
+        slot, t, shape = spec
+        if isinstance(value, OrtValue):
+            value = value._value
+        kind = t.kind if t is not None else "tensor"
+        if kind == "optional":
+            if value is None:
+                return slot, None
+            t = t.elem
+            kind = t.kind if t is not None else "tensor"
+        if kind == "tensor":
+            return slot, self._convert_tensor(name, value, t, shape)
+        if kind == "sequence":
+            if not isinstance(value, (list, tuple)):
+                raise InvalidArgument.make(
+                    f"Unexpected input data type for '{name}': expected a list (seq), got {type(value).__name__}"
+                )
+            et = t.elem if t is not None else None
+            return slot, [self._convert_tensor(name, np.asarray(x) if et is None else x, et, None) for x in value]
+        if kind == "map":
+            if not isinstance(value, dict):
+                raise InvalidArgument.make(f"Input '{name}' expects a map (dict), got {type(value).__name__}")
+            return slot, value
+        return slot, value
+
+    @staticmethod
+    def _convert_tensor(name, value, t, shape):
+        want = t.np_dtype if t is not None else None
+        if not isinstance(value, np.ndarray):
+            if isinstance(value, (list, tuple)):
+                value = np.asarray(value, dtype=want if want is not None and want != object else None)
+                if want == np.dtype(object):
+                    value = value.astype(str).astype(object)
+            elif isinstance(value, (np.generic,)):
+                value = np.asarray(value)
+            elif value is None:
+                raise InvalidArgument.make(f"Input '{name}' is None but the model expects a tensor")
+            else:
+                raise RuntimeError(f"Unable to handle object of type {type(value)}")
+        if want is not None and value.dtype != want:
+            if want == np.dtype(object) and value.dtype.kind in "USO":
+                value = value.astype(object) if value.dtype.kind != "S" else np.vectorize(
+                    lambda b: b.decode("utf-8"), otypes=[object])(value)
+            else:
+                got = _type_str(value.dtype)
+                raise InvalidArgument.make(
+                    f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({dtypes.type_name(t.elem_type)}))"
+                )
+        if shape and value.ndim != len(shape):
+            raise InvalidArgument.make(
+                f"Invalid rank for input: {name} Got: {value.ndim} Expected: {len(shape)} Please fix either the "
+                "inputs/outputs or the model."
+            )
+        if shape:
+            bad = [(i, g, e) for i, (g, e) in enumerate(zip(value.shape, shape)) if isinstance(e, int) and g != e]
+            if bad:
+                lines = "".join(f"\n index: {i} Got: {g} Expected: {e}" for i, g, e in bad)
+                raise InvalidArgument.make(
+                    f"Got invalid dimensions for input: {name} for the following indices{lines}\n Please fix "
+                    "either the inputs/outputs or the model."
+                )
+        return value
+
+    # -- run --------------------------------------------------------------------------------------
+    def run(self, output_names, input_feed, run_options=None):
+        if isinstance(output_names, (str, bytes)):
+            raise TypeError("run(): incompatible function arguments: output_names must be a list of names")
+        if not hasattr(input_feed, "items"):
+            raise TypeError("run(): incompatible function arguments: input_feed must be a dict")
+        self.check_missing(input_feed)
+        feeds = [self.convert_feed(k, v) for k, v in input_feed.items()]
+        if output_names:
+            try:
+                idx = [self.output_index[n] for n in output_names]
+            except KeyError as e:
+                raise InvalidArgument.make(f"Invalid output name:{e.args[0]}") from None
+        else:
+            idx = None
+        ctx = None
+        if run_options is not None or self.profiler is not None:
+            ctx = RunContext(run_options, self.profiler)
+        if self.profiler is not None:
+            outs = self.profiler.run_model(lambda: run_plan(self.plan, (), (), ctx, feeds))
+        else:
+            outs = run_plan(self.plan, (), (), ctx, feeds)
+        if idx is not None:
+            outs = [outs[i] for i in idx]
+        return outs
+
+
+def _type_str(dt) -> str:
+    try:
+        return dtypes.type_name(dtypes.from_numpy(dt))
+    except TypeError:
+        return str(dt)
+
+
+def build_session_state(source, options, providers, kwargs):
+    return SessionState(source, options, providers, kwargs)

@@ -1,0 +1,1 @@
+"""Test helpers shipped with onnxpy (the ONNX backend conformance runner)."""
