@@ -95,6 +95,40 @@ def _subgraphs(n: Node):
             yield from v
 
 
+def topological_order(g: Graph, available: set) -> list:
+    """(index, node) pairs in a valid execution order (stable: keeps file order when it is already valid).
+
+    Nodes whose inputs never become available (a cycle, a node feeding itself, a missing value) are left out
+    here; the planner then reports the first of them by name.
+    """
+    deps = []
+    for n in g.nodes:
+        need = {x for x in n.inputs if x}
+        for sub in _subgraphs(n):
+            need.update(graph_free_names(sub))
+        deps.append(need)
+    have = set(available)
+    order = []
+    done = [False] * len(g.nodes)
+    progress = True
+    while progress:
+        progress = False
+        for i, n in enumerate(g.nodes):
+            if not done[i] and deps[i] <= have:
+                done[i] = True
+                order.append((i, n))
+                have.update(o for o in n.outputs if o)
+                progress = True
+    for i, n in enumerate(g.nodes):
+        if not done[i]:
+            missing = sorted(deps[i] - have)
+            raise InvalidGraph.make(
+                f"{n.describe()}: input(s) {missing} are not graph inputs, initializers or outputs of other "
+                "nodes that can run first (a cycle, a node reading its own output, or a missing value)"
+            )
+    return order
+
+
 class Planner:
     """Builds plans; ``runner`` is the executor entry used by subgraph calls."""
 
@@ -153,7 +187,7 @@ class Planner:
 
         raw_steps = []
         produced = set(slots)
-        for idx, node in enumerate(g.nodes):
+        for idx, node in topological_order(g, set(slots)):
             ins = []
             for x in node.inputs:
                 if x and x not in produced:

@@ -65,14 +65,14 @@ def check_shape(shape, dtype, what: str = "output") -> tuple:
 def zero_of(dtype):
     """The padding/"zero" value of a dtype ('' for strings, False for bool)."""
     dt = np.dtype(dtype)
-    if dt == object:
+    if dt.kind == "O":
         return ""
     return np.zeros((), dtype=dt)[()]
 
 
 def full(shape, value, dtype) -> np.ndarray:
     """np.full that also works for object (string) arrays and ml_dtypes."""
-    if np.dtype(dtype) == object:
+    if np.dtype(dtype).kind == "O":
         out = np.empty(shape, dtype=object)
         out.fill(value)
         return out

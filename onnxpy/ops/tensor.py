@@ -171,10 +171,12 @@ def split_18(x, split=None, *, axis=0, num_outputs=None, _num_outputs=1):
         if num_outputs is not None:
             raise ValueError("Split: both the 'split' input and the 'num_outputs' attribute are given")
         return _split(x, axis, to_ints(split, "split"), _num_outputs)
-    n = _num_outputs if num_outputs is None else int(num_outputs)
+    if num_outputs is None:  # neither given: equal parts over the declared outputs (must divide evenly)
+        return _split(x, axis, None, _num_outputs)
+    n = int(num_outputs)
     if n <= 0:
         raise ValueError(f"Split: num_outputs must be positive, got {n}")
-    if num_outputs is not None and n != _num_outputs:
+    if n != _num_outputs:
         raise ValueError(f"Split: num_outputs={n} but the node declares {_num_outputs} outputs")
     if x.ndim == 0:
         raise ValueError("Split: input must have rank >= 1")

@@ -1,0 +1,165 @@
+"""The ``onnxpy`` command line.
+
+    onnxpy run [MODEL] [--input name=file.npy ...] [--repeat N]    run a model (default: the embedded CNN)
+    onnxpy info MODEL                                               inputs, outputs, opsets, op counts
+    onnxpy conformance [REGEX]                                      the ONNX backend suite, prints N/M passed
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+
+import numpy as np
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _random_input(arg, rng) -> object:
+    from . import dtypes
+
+    t = arg.type
+    shape = [d if isinstance(d, int) and d >= 0 else 1 for d in arg.shape]
+    if t.startswith("tensor("):
+        name = t[len("tensor("):-1]
+        if name == "string":
+            return np.array(["onnxpy"] * int(np.prod(shape)), dtype=object).reshape(shape)
+        for code in range(1, 29):
+            try:
+                if dtypes.type_name(code) == name:
+                    dt = dtypes.to_numpy(code)
+                    break
+            except TypeError:
+                continue
+        else:
+            raise SystemExit(f"cannot make a random input of type {t} for '{arg.name}'; pass --input")
+        if dt.kind in "iu":
+            return rng.integers(0, 10, size=shape).astype(dt)
+        if dt.kind == "b":
+            return rng.integers(0, 2, size=shape).astype(bool)
+        return rng.standard_normal(shape).astype(dt)
+    raise SystemExit(f"cannot make a random input of type {t} for '{arg.name}'; pass --input")
+
+
+def _load_inputs(specs, sess) -> dict:
+    feeds = {}
+    for spec in specs or []:
+        if "=" not in spec:
+            raise SystemExit(f"--input expects name=file.npy, got '{spec}'")
+        name, path = spec.split("=", 1)
+        if path.endswith(".json"):
+            with open(path) as f:
+                feeds[name] = json.load(f)
+        else:
+            feeds[name] = np.load(path, allow_pickle=False)
+    rng = np.random.default_rng(0)
+    for arg in sess.get_inputs():
+        if arg.name not in feeds:
+            feeds[arg.name] = _random_input(arg, rng)
+    return feeds
+
+
+def cmd_run(args) -> int:
+    from . import InferenceSession
+
+    if args.model is None:
+        from .models import default_input, default_model
+
+        model = default_model().SerializeToString()
+        print("model: embedded default CNN (image [N,3,32,32] -> probabilities [N,10])")
+        t0 = time.perf_counter()
+        sess = InferenceSession(model)
+        feeds = default_input()
+    else:
+        t0 = time.perf_counter()
+        sess = InferenceSession(args.model)
+        feeds = _load_inputs(args.input, sess)
+    print(f"session created in {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    times = []
+    outs = None
+    for _ in range(max(1, args.repeat)):
+        t = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    np.set_printoptions(precision=5, suppress=True, threshold=40)
+    for o, v in zip(sess.get_outputs(), outs):
+        if isinstance(v, np.ndarray):
+            print(f"{o.name}: {v.dtype}{list(v.shape)}\n{v}")
+        else:
+            print(f"{o.name}: {v!r}")
+        if args.output_dir:
+            import os
+
+            os.makedirs(args.output_dir, exist_ok=True)
+            if isinstance(v, np.ndarray):
+                np.save(os.path.join(args.output_dir, f"{o.name}.npy"), v)
+    print(f"latency: median {np.median(times) * 1e3:.3f} ms over {len(times)} run(s)")
+    return EXIT_OK
+
+
+def cmd_info(args) -> int:
+    import onnx
+
+    from . import InferenceSession
+
+    model = onnx.load(args.model, load_external_data=False)
+    print(f"model: {args.model}  ir_version {model.ir_version}  producer {model.producer_name} "
+          f"{model.producer_version}")
+    print("opsets: " + ", ".join(f"{o.domain or 'ai.onnx'}={o.version}" for o in model.opset_import))
+    counts = collections.Counter((n.domain or "ai.onnx", n.op_type) for n in model.graph.node)
+    print("ops:")
+    for (dom, op), c in sorted(counts.items()):
+        print(f"  {dom}:{op} x{c}")
+    params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
+    print(f"parameters: {params}")
+    try:
+        sess = InferenceSession(args.model)
+    except Exception as e:  # noqa: BLE001 - reported to the user
+        print(f"cannot create a session: {e}")
+        return EXIT_FAIL
+    for kind, items in (("input", sess.get_inputs()), ("output", sess.get_outputs())):
+        for a in items:
+            print(f"{kind}: {a.name} {a.type} {a.shape}")
+    return EXIT_OK
+
+
+def cmd_conformance(args) -> int:
+    from .testing.conformance import main as conf_main
+
+    return conf_main([args.pattern] + (["-v"] if args.verbose else []))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnxpy", description="onnxpy: an ONNX runtime in Python")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a model (the embedded default CNN when MODEL is omitted)")
+    r.add_argument("model", nargs="?", help="path to an .onnx model")
+    r.add_argument("--input", action="append", metavar="NAME=FILE",
+                   help="input from a .npy or .json file; missing inputs are random")
+    r.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
+    r.add_argument("--output-dir", help="save each tensor output as NAME.npy here")
+    r.set_defaults(fn=cmd_run)
+    i = sub.add_parser("info", help="inputs, outputs, opsets and op counts of a model")
+    i.add_argument("model")
+    i.set_defaults(fn=cmd_info)
+    c = sub.add_parser("conformance", help="run the ONNX backend test suite; prints N/M passed")
+    c.add_argument("pattern", nargs="?", default="")
+    c.add_argument("-v", "--verbose", action="store_true")
+    c.set_defaults(fn=cmd_conformance)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Activation functions and Softmax / LogSoftmax / Hardmax.
+
+Composite formulas are computed in float32 for float16/bfloat16 inputs (and cast back) so that intermediate
+rounding does not accumulate; float32/float64 inputs are computed in their own type.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special as _special
+
+from .registry import kernel
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_NATIVE = frozenset((_F32, _F64))
+_expit = _special.expit
+_erf = _special.erf
+
+
+def _up(x):
+    """x in a type numpy computes natively and accurately (float32/float64)."""
+    return x if x.dtype in _NATIVE else x.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# simple activations
+# ---------------------------------------------------------------------------------------------------------------
+@kernel("Relu", (6, 13, 14))
+def relu(x):
+    return np.maximum(x, 0)
+
+
+kernel("Relu", 1)(relu)  # relu's signature has no attributes: opset-1 `consumed_inputs` is dropped
+
+
+kernel("Tanh", (6, 13))(np.tanh)
+
+
+@kernel("Tanh", 1)
+def tanh_1(x):
+    return np.tanh(x)
+
+
+@kernel("Sigmoid", (1, 6, 13))
+def sigmoid(x):
+    if x.dtype in _NATIVE:
+        return _expit(x)
+    return _expit(x.astype(np.float32)).astype(x.dtype)
+
+
+@kernel("LeakyRelu", (1, 6, 16))
+def leaky_relu(x, *, alpha=0.01):
+    return np.where(x >= 0, x, x * alpha).astype(x.dtype, copy=False)
+
+
+def _channel_slope(x, slope):
+    """Opset < 7 PRelu: a 1-D slope of C values applies per channel (axis 1) of an N x C x ... input."""
+    if slope.ndim == 1 and slope.size > 1 and x.ndim >= 2 and slope.shape[0] == x.shape[1]:
+        return slope.reshape((slope.shape[0],) + (1,) * (x.ndim - 2))
+    return slope
+
+
+@kernel("PRelu", (7, 9, 16))
+def prelu(x, slope):
+    return np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False)
+
+
+@kernel("PRelu", (1, 6))
+def prelu_6(x, slope):
+    return prelu(x, _channel_slope(x, slope))
+
+
+@kernel("Elu", (1, 6, 22))
+def elu(x, *, alpha=1.0):
+    xf = _up(x)
+    return np.where(xf > 0, xf, alpha * np.expm1(xf)).astype(x.dtype, copy=False)
+
+
+@kernel("Selu", (1, 6, 22))
+def selu(x, *, alpha=1.6732632423543772, gamma=1.0507010221481445):
+    xf = _up(x)
+    return (gamma * np.where(xf > 0, xf, alpha * np.expm1(xf))).astype(x.dtype, copy=False)
+
+
+@kernel("Celu", (12, 28))
+def celu(x, *, alpha=1.0):
+    xf = _up(x)
+    return np.where(xf > 0, xf, alpha * np.expm1(xf / alpha)).astype(x.dtype, copy=False)
+
+
+@kernel("HardSigmoid", (1, 6, 22))
+def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
+    xf = _up(x)
+    y = xf * alpha
+    y += beta
+    return np.clip(y, 0, 1, out=y).astype(x.dtype, copy=False)
+
+
+@kernel("HardSwish", (14, 22))
+def hard_swish(x):
+    xf = _up(x)
+    y = xf * (1.0 / 6.0)
+    y += 0.5
+    np.clip(y, 0, 1, out=y)
+    y *= xf
+    return y.astype(x.dtype, copy=False)
+
+
+@kernel("Softplus", (1, 22))
+def softplus(x):
+    xf = _up(x)
+    return np.logaddexp(xf, 0).astype(x.dtype, copy=False)
+
+
+@kernel("Softsign", (1, 22))
+def softsign(x):
+    xf = _up(x)
+    d = np.abs(xf)
+    d += 1
+    return np.divide(xf, d, out=d).astype(x.dtype, copy=False)
+
+
+@kernel("ThresholdedRelu", (10, 22))
+def thresholded_relu(x, *, alpha=1.0):
+    return np.where(x > alpha, x, 0).astype(x.dtype, copy=False)
+
+
+@kernel("Shrink", 9)
+def shrink(x, *, bias=0.0, lambd=0.5):
+    if x.dtype.kind in "iu":
+        xf = x.astype(np.float64)
+    else:
+        xf = _up(x)
+    y = np.where(xf < -lambd, xf + bias, np.where(xf > lambd, xf - bias, 0))
+    return y.astype(x.dtype, copy=False)
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@kernel("Gelu", 20)
+def gelu(x, *, approximate="none"):
+    xf = _up(x)
+    if approximate == "tanh":
+        inner = xf * xf
+        inner *= 0.044715
+        inner += 1.0
+        inner *= xf
+        inner *= _SQRT_2_OVER_PI
+        t = np.tanh(inner, out=inner)
+    elif approximate == "none":
+        t = _erf(xf * _SQRT_HALF)
+    else:
+        raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    t += 1.0
+    t *= xf
+    t *= 0.5
+    return t.astype(x.dtype, copy=False)
+
+
+@kernel("Mish", (18, 22))
+def mish(x):
+    xf = _up(x)
+    t = np.logaddexp(xf, 0)
+    np.tanh(t, out=t)
+    t *= xf
+    return t.astype(x.dtype, copy=False)
+
+
+@kernel("Swish", 24)
+def swish(x, *, alpha=1.0):
+    xf = _up(x)
+    s = _expit(xf * alpha) if alpha != 1.0 else _expit(xf)
+    s *= xf
+    return s.astype(x.dtype, copy=False)
+
+
+@kernel("SwiGLU", 28)
+def swiglu(a, b, *, alpha=1.0):
+    if a.shape != b.shape:
+        raise ValueError(f"SwiGLU inputs A{a.shape} and B{b.shape} must have identical shapes")
+    af = _up(a)
+    s = _expit(af * alpha) if alpha != 1.0 else _expit(af)
+    s *= af
+    s *= b
+    return s.astype(a.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Softmax family
+# ---------------------------------------------------------------------------------------------------------------
+def _axis(axis, ndim, op, allow_end=False):
+    hi = ndim + 1 if allow_end else ndim
+    a = axis + ndim if axis < 0 else axis
+    if not 0 <= a < hi or ndim == 0:
+        raise ValueError(f"{op}: axis {axis} is out of range for a tensor of rank {ndim}")
+    return a
+
+
+def _softmax(x, axes):
+    if x.size == 0:
+        return x.copy()
+    xf = _up(x)
+    e = xf - xf.max(axis=axes, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axes, keepdims=True)
+    return e.astype(x.dtype, copy=False)
+
+
+def _log_softmax(x, axes):
+    if x.size == 0:
+        return x.copy()
+    xf = _up(x)
+    t = xf - xf.max(axis=axes, keepdims=True)
+    lse = np.log(np.exp(t).sum(axis=axes, keepdims=True))
+    t -= lse
+    return t.astype(x.dtype, copy=False)
+
+
+def _hardmax_last(x2):
+    """One-hot of the first maximum along the last axis of a tensor."""
+    out = np.zeros(x2.shape, dtype=x2.dtype)
+    if x2.size:
+        idx = np.argmax(x2, axis=-1)[..., None]
+        np.put_along_axis(out, idx, 1, axis=-1)
+    return out
+
+
+@kernel("Softmax", (1, 11))
+def softmax_1(x, *, axis=1):
+    a = _axis(axis, x.ndim, "Softmax", allow_end=True)
+    return _softmax(x, tuple(range(a, x.ndim)))
+
+
+@kernel("Softmax", 13)
+def softmax_13(x, *, axis=-1):
+    return _softmax(x, _axis(axis, x.ndim, "Softmax"))
+
+
+@kernel("LogSoftmax", (1, 11))
+def log_softmax_1(x, *, axis=1):
+    a = _axis(axis, x.ndim, "LogSoftmax", allow_end=True)
+    return _log_softmax(x, tuple(range(a, x.ndim)))
+
+
+@kernel("LogSoftmax", 13)
+def log_softmax_13(x, *, axis=-1):
+    return _log_softmax(x, _axis(axis, x.ndim, "LogSoftmax"))
+
+
+@kernel("Hardmax", (1, 11))
+def hardmax_1(x, *, axis=1):
+    a = _axis(axis, x.ndim, "Hardmax", allow_end=True)
+    rows = math.prod(x.shape[:a])
+    cols = math.prod(x.shape[a:])
+    return _hardmax_last(x.reshape(rows, cols)).reshape(x.shape)
+
+
+@kernel("Hardmax", 13)
+def hardmax_13(x, *, axis=-1):
+    a = _axis(axis, x.ndim, "Hardmax")
+    return np.moveaxis(_hardmax_last(np.moveaxis(x, a, -1)), -1, a)

@@ -1,0 +1,400 @@
+"""Convolutions: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv, Col2Im."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._spatial import (
+    check_rank,
+    compute_dtype,
+    conv_out_shape,
+    conv_pads,
+    explicit_pads,
+    pad_array,
+    prod,
+    spatial_attr,
+    windows,
+)
+from .registry import kernel
+
+# Largest im2col buffer (elements) built at once; bigger batches are processed in chunks.
+_COLS_LIMIT = 1 << 24
+
+
+def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
+    """N-D grouped convolution of x (N, C, *S) with w (M, C/group, *K); x and w share a float compute dtype."""
+    N, C = x.shape[:2]
+    in_shape = x.shape[2:]
+    M, Cg = w.shape[:2]
+    kshape = w.shape[2:]
+    n = len(in_shape)
+    if len(kshape) != n:
+        raise ValueError(f"{op}: weight rank {w.ndim} does not match input rank {x.ndim}")
+    if group < 1 or C != Cg * group:
+        raise ValueError(f"{op}: input channels ({C}) must equal weight channels ({Cg}) x group ({group})")
+    if M % group:
+        raise ValueError(f"{op}: output channels ({M}) not divisible by group ({group})")
+    Mg = M // group
+    out_shape = conv_out_shape(in_shape, kshape, strides, dilations, pb, pe, op)
+    P = prod(out_shape)
+    K = prod(kshape)
+    dt = x.dtype
+    if N == 0 or P == 0 or M == 0:
+        return np.zeros((N, M, *out_shape), dtype=dt)
+    if Cg == 0 or K == 0:
+        return np.zeros((N, M, *out_shape), dtype=dt)
+
+    # 1x1 kernel without padding: one GEMM.
+    if K == 1 and not any(pb) and not any(pe):
+        xs = x[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides))]
+        xs = xs.reshape(N, group, Cg, P)
+        out = np.matmul(w.reshape(group, Mg, Cg), xs)
+        return out.reshape(N, M, *out_shape)
+
+    xp = pad_array(x, pb, pe, 0)
+    # Depthwise: sum of shifted slices, no im2col.
+    if Cg == 1 and group > 1:
+        xg = xp.reshape(N, group, 1, *xp.shape[2:])
+        wg = w.reshape(group, Mg, K)
+        out = np.zeros((N, group, Mg, *out_shape), dtype=dt)
+        tail = (1,) * n
+        for kidx, kpos in enumerate(np.ndindex(*kshape)):
+            sl = tuple(slice(k * d, k * d + (o - 1) * s + 1, s)
+                       for k, d, o, s in zip(kpos, dilations, out_shape, strides))
+            coef = wg[:, :, kidx].reshape(group, Mg, *tail)
+            out += coef * xg[(slice(None), slice(None), slice(None)) + sl]
+        return out.reshape(N, M, *out_shape)
+
+    # General: im2col through a strided view + one batched matmul per group.
+    view = windows(xp, kshape, strides, dilations, out_shape)  # (N, C, *K, *O)
+    wmat = w.reshape(group, Mg, Cg * K)
+    per_image = C * K * P
+    chunk = max(1, _COLS_LIMIT // max(per_image, 1))
+    if chunk >= N:
+        cols = view.reshape(N, group, Cg * K, P)
+        return np.matmul(wmat, cols).reshape(N, M, *out_shape)
+    out = np.empty((N, M, *out_shape), dtype=dt)
+    for s0 in range(0, N, chunk):
+        s1 = min(N, s0 + chunk)
+        cols = view[s0:s1].reshape(s1 - s0, group, Cg * K, P)
+        out[s0:s1] = np.matmul(wmat, cols).reshape(s1 - s0, M, *out_shape)
+    return out
+
+
+def _prepare(X, W, op, kernel_shape, strides, dilations):
+    check_rank(X, op, "X")
+    check_rank(W, op, "W")
+    if X.ndim != W.ndim:
+        raise ValueError(f"{op}: X rank {X.ndim} and W rank {W.ndim} differ")
+    n = X.ndim - 2
+    ks = spatial_attr(kernel_shape, n, 1, op, "kernel_shape") if kernel_shape else list(W.shape[2:])
+    if list(ks) != list(W.shape[2:]):
+        raise ValueError(f"{op}: kernel_shape {ks} does not match weight shape {W.shape}")
+    st = spatial_attr(strides, n, 1, op, "strides")
+    dl = spatial_attr(dilations, n, 1, op, "dilations")
+    if any(s < 1 for s in st) or any(d < 1 for d in dl):
+        raise ValueError(f"{op}: strides and dilations must be positive")
+    return n, ks, st, dl
+
+
+def _add_bias(out, B, M, op):
+    if B is None:
+        return out
+    B = np.asarray(B)
+    if B.size != M:
+        raise ValueError(f"{op}: bias has {B.size} values, expected {M}")
+    out += B.reshape((1, M) + (1,) * (out.ndim - 2)).astype(out.dtype, copy=False)
+    return out
+
+
+@kernel("Conv", since=(1, 11, 22))
+def conv(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    op = "Conv"
+    n, ks, st, dl = _prepare(X, W, op, kernel_shape, strides, dilations)
+    if X.dtype.kind != "f" and str(X.dtype) != "bfloat16":
+        raise TypeError(f"{op}: unsupported input type {X.dtype}")
+    pb, pe = conv_pads(auto_pad, pads, X.shape[2:], ks, st, dl, op)
+    cd = compute_dtype(X.dtype)
+    out = _conv_core(X.astype(cd, copy=False), W.astype(cd, copy=False), pb, pe, st, dl, int(group), op)
+    out = _add_bias(out, B, W.shape[0], op)
+    return out.astype(X.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------------------------- ConvTranspose
+
+
+def _scatter_cols(cols, kshape, in_shape, strides, dilations, lead):
+    """Col2im: cols (*lead, *K, *I) accumulated into the full (uncropped) output (*lead, *F)."""
+    full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, in_shape, kshape, dilations)]
+    buf = np.zeros(tuple(lead) + tuple(full), dtype=cols.dtype)
+    nl = len(lead)
+    for kpos in np.ndindex(*kshape):
+        sl = tuple(slice(k * d, k * d + s * (i - 1) + 1, s) for k, d, s, i in zip(kpos, dilations, strides, in_shape))
+        buf[(slice(None),) * nl + sl] += cols[(slice(None),) * nl + kpos]
+    return buf
+
+
+def _crop(buf, begins, sizes, lead):
+    """buf[..., b:b+size] per spatial axis, zero-filling anything outside buf."""
+    nl = lead
+    src, dst = [], []
+    simple = True
+    for b, sz, full in zip(begins, sizes, buf.shape[nl:]):
+        lo, hi = max(b, 0), min(b + sz, full)
+        if lo != b or hi != b + sz:
+            simple = False
+        src.append(slice(lo, max(lo, hi)))
+        dst.append(slice(lo - b, lo - b + max(0, hi - lo)))
+    if simple:
+        return buf[(slice(None),) * nl + tuple(src)]
+    out = np.zeros(buf.shape[:nl] + tuple(sizes), dtype=buf.dtype)
+    out[(slice(None),) * nl + tuple(dst)] = buf[(slice(None),) * nl + tuple(src)]
+    return out
+
+
+@kernel("ConvTranspose", since=(1, 11, 22))
+def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    op = "ConvTranspose"
+    n, ks, st, dl = _prepare(X, W, op, kernel_shape, strides, dilations)
+    group = int(group)
+    N, C = X.shape[:2]
+    in_shape = list(X.shape[2:])
+    if W.shape[0] != C:
+        raise ValueError(f"{op}: weight first dim ({W.shape[0]}) must equal input channels ({C})")
+    if group < 1 or C % group:
+        raise ValueError(f"{op}: input channels ({C}) not divisible by group ({group})")
+    Cg = C // group
+    Mg = W.shape[1]
+    M = Mg * group
+    op_pad = spatial_attr(output_padding, n, 0, op, "output_padding")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    eff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
+    natural = [s * (i - 1) + p + e for s, i, p, e in zip(st, in_shape, op_pad, eff)]
+    if output_shape is not None and len(output_shape) > 0:
+        osh = [int(v) for v in output_shape][-n:]
+        if len(osh) != n:
+            raise ValueError(f"{op}: output_shape {output_shape} must have {n} spatial values")
+        pb, pe = [], []
+        for i in range(n):
+            total = natural[i] - osh[i]
+            if auto_pad == "SAME_UPPER":
+                pb.append(total // 2)
+                pe.append(total - total // 2)
+            else:
+                pb.append(total - total // 2)
+                pe.append(total // 2)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        osh = [i * s for i, s in zip(in_shape, st)]
+        pb, pe = [], []
+        for i in range(n):
+            total = max(0, natural[i] - osh[i])
+            if auto_pad == "SAME_UPPER":
+                pb.append(total // 2)
+                pe.append(total - total // 2)
+            else:
+                pb.append(total - total // 2)
+                pe.append(total // 2)
+    elif auto_pad in ("NOTSET", "VALID"):
+        pb, pe = explicit_pads(pads if auto_pad == "NOTSET" else None, n, op)
+        osh = [nat - b - e for nat, b, e in zip(natural, pb, pe)]
+    else:
+        raise ValueError(f"{op}: unsupported auto_pad value {auto_pad!r}")
+    if any(o < 0 for o in osh):
+        raise ValueError(f"{op}: computed output shape {osh} is negative")
+    cd = compute_dtype(X.dtype)
+    x = X.astype(cd, copy=False)
+    w = W.astype(cd, copy=False)
+    K = prod(ks)
+    P = prod(in_shape)
+    if N == 0 or M == 0 or prod(osh) == 0:
+        return np.zeros((N, M, *osh), dtype=X.dtype)
+    wt = w.reshape(group, Cg, Mg * K).transpose(0, 2, 1)  # (G, Mg*K, Cg)
+    cols = np.matmul(wt, x.reshape(N, group, Cg, P))  # (N, G, Mg*K, P)
+    cols = cols.reshape(N, M, *ks, *in_shape)
+    if K == 1 and all(s == 1 for s in st):
+        buf = cols.reshape(N, M, *in_shape)
+    else:
+        buf = _scatter_cols(cols, ks, in_shape, st, dl, (N, M))
+    out = _crop(buf, pb, osh, 2)
+    out = np.array(out, dtype=cd, copy=True) if not out.flags.owndata else out
+    out = _add_bias(out, B, M, op)
+    return out.astype(X.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------------------------ integer convs
+
+
+def _zero_point(zp, dt, op, name, count=None):
+    if zp is None:
+        return np.zeros((), dtype=np.float64)
+    zp = np.asarray(zp)
+    if zp.size != 1 and (count is None or zp.ndim != 1 or zp.size != count):
+        raise ValueError(f"{op}: {name} must be a scalar" + (f" or have {count} values" if count else "") +
+                         f", got shape {zp.shape}")
+    return zp.astype(np.float64)
+
+
+def _int_conv(x, w, xzp, wzp, pads, auto_pad, strides, dilations, group, kernel_shape, op):
+    n, ks, st, dl = _prepare(x, w, op, kernel_shape, strides, dilations)
+    M = w.shape[0]
+    xf = x.astype(np.float64) - xzp
+    wz = wzp.reshape((-1,) + (1,) * (w.ndim - 1)) if wzp.ndim == 1 else wzp
+    wf = w.astype(np.float64) - wz
+    pb, pe = conv_pads(auto_pad, pads, x.shape[2:], ks, st, dl, op)
+    return _conv_core(xf, wf, pb, pe, st, dl, int(group), op), M
+
+
+@kernel("ConvInteger", since=10)
+def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                 kernel_shape=None, pads=None, strides=None):
+    op = "ConvInteger"
+    check_rank(w, op, "w")
+    xzp = _zero_point(x_zero_point, x.dtype, op, "x_zero_point")
+    wzp = _zero_point(w_zero_point, w.dtype, op, "w_zero_point", w.shape[0])
+    out, _ = _int_conv(x, w, xzp, wzp, pads, auto_pad, strides, dilations, group, kernel_shape, op)
+    return out.astype(np.int32)
+
+
+def _requantize(acc, scale, y_zero_point, out_dtype, axis_len, op):
+    """round-half-to-even(acc * scale) + zero point, saturated to the output type."""
+    scale = np.asarray(scale, dtype=np.float32)
+    if scale.ndim == 1 and scale.size == axis_len and scale.size != 1:
+        scale = scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
+    y = acc.astype(np.float32) * scale
+    y = np.rint(y) + np.asarray(y_zero_point, dtype=np.float32)
+    info = np.iinfo(out_dtype)
+    return np.clip(y, info.min, info.max).astype(out_dtype)
+
+
+@kernel("QLinearConv", since=10)
+def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                 auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    op = "QLinearConv"
+    check_rank(w, op, "w")
+    M = w.shape[0]
+    if np.asarray(x_scale).size != 1 or np.asarray(y_scale).size != 1:
+        raise ValueError(f"{op}: x_scale and y_scale must be scalars")
+    ws = np.asarray(w_scale, dtype=np.float32)
+    if ws.size not in (1, M):
+        raise ValueError(f"{op}: w_scale must be a scalar or have {M} values, got shape {ws.shape}")
+    xzp = _zero_point(x_zero_point, x.dtype, op, "x_zero_point")
+    wzp = _zero_point(w_zero_point, w.dtype, op, "w_zero_point", M)
+    acc, _ = _int_conv(x, w, xzp, wzp, pads, auto_pad, strides, dilations, group, kernel_shape, op)
+    if B is not None:
+        acc = _add_bias(acc, np.asarray(B).astype(np.float64), M, op)
+    out_dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else x.dtype
+    if out_dtype.kind not in "iu":
+        out_dtype = x.dtype
+    scale = (np.float32(np.asarray(x_scale, dtype=np.float32).reshape(())) * ws.reshape(-1)
+             / np.float32(np.asarray(y_scale, dtype=np.float32).reshape(())))
+    scale = scale.astype(np.float32)
+    if scale.size == 1:
+        scale = scale.reshape(())
+    yzp = np.asarray(y_zero_point if y_zero_point is not None else 0).reshape(())
+    return _requantize(acc, scale, yzp, out_dtype, M, op)
+
+
+# --------------------------------------------------------------------------------------------- DeformConv
+
+
+def _sample_linear(xg, pos, in_shape):
+    """N-linear sampling with zeros outside.  xg: (N, G, Cg, *S); pos: (N, G, n, *Q) -> (N, G, Cg, *Q)."""
+    N, G, Cg = xg.shape[:3]
+    n = len(in_shape)
+    Q = pos.shape[3:]
+    flat = xg.reshape(N * G, Cg, prod(in_shape)).transpose(0, 2, 1)  # (NG, S, Cg)
+    pos = pos.reshape(N * G, n, -1)
+    lo = np.floor(pos)
+    frac = pos - lo
+    lo = lo.astype(np.int64)
+    out = np.zeros((N * G, pos.shape[2], Cg), dtype=xg.dtype)
+    bidx = np.arange(N * G)[:, None]
+    for corner in np.ndindex(*(2,) * n):
+        idx = np.zeros((N * G, pos.shape[2]), dtype=np.int64)
+        wgt = np.ones((N * G, pos.shape[2]), dtype=xg.dtype)
+        valid = np.ones((N * G, pos.shape[2]), dtype=bool)
+        for a in range(n):
+            ia = lo[:, a] + corner[a]
+            valid &= (ia >= 0) & (ia < in_shape[a])
+            idx = idx * in_shape[a] + np.clip(ia, 0, in_shape[a] - 1)
+            wgt = wgt * (frac[:, a] if corner[a] else 1 - frac[:, a])
+        wgt = np.where(valid, wgt, 0)
+        out += flat[bidx, idx] * wgt[..., None]
+    return out.transpose(0, 2, 1).reshape(N, G, Cg, *Q)
+
+
+@kernel("DeformConv", since=(19, 22))
+def deform_conv(X, W, offset, B=None, mask=None, *, dilations=None, group=1, kernel_shape=None, offset_group=1,
+                pads=None, strides=None):
+    op = "DeformConv"
+    n, ks, st, dl = _prepare(X, W, op, kernel_shape, strides, dilations)
+    group, offset_group = int(group), int(offset_group)
+    N, C = X.shape[:2]
+    in_shape = list(X.shape[2:])
+    M = W.shape[0]
+    pb, pe = explicit_pads(pads, n, op)
+    out_shape = conv_out_shape(in_shape, ks, st, dl, pb, pe, op)
+    K = prod(ks)
+    if offset_group < 1 or C % offset_group:
+        raise ValueError(f"{op}: channels ({C}) not divisible by offset_group ({offset_group})")
+    if group < 1 or C != W.shape[1] * group or M % group:
+        raise ValueError(f"{op}: channel/group mismatch (C={C}, W={W.shape}, group={group})")
+    exp_off = (N, offset_group * n * K, *out_shape)
+    if tuple(offset.shape) != exp_off:
+        raise ValueError(f"{op}: offset shape {offset.shape}, expected {exp_off}")
+    cd = compute_dtype(X.dtype)
+    x = X.astype(cd, copy=False)
+    off = offset.astype(cd, copy=False).reshape(N, offset_group, K, n, *out_shape)
+    # base sampling positions: o*s - pb + k*d, shape (K, n, *O)
+    grids = np.meshgrid(*[np.arange(o) for o in out_shape], indexing="ij")
+    base = np.empty((K, n, *out_shape), dtype=cd)
+    for kidx, kpos in enumerate(np.ndindex(*ks)):
+        for a in range(n):
+            base[kidx, a] = grids[a] * st[a] - pb[a] + kpos[a] * dl[a]
+    pos = base[None, None] + off  # (N, OG, K, n, *O)
+    pos = np.moveaxis(pos, 3, 2)  # (N, OG, n, K, *O)
+    xg = x.reshape(N, offset_group, C // offset_group, *in_shape)
+    sampled = _sample_linear(xg, pos, in_shape)  # (N, OG, Cog, K, *O)
+    if mask is not None:
+        exp_mask = (N, offset_group * K, *out_shape)
+        if tuple(mask.shape) != exp_mask:
+            raise ValueError(f"{op}: mask shape {mask.shape}, expected {exp_mask}")
+        sampled = sampled * mask.astype(cd, copy=False).reshape(N, offset_group, 1, K, *out_shape)
+    P = prod(out_shape)
+    cols = sampled.reshape(N, group, (C // group) * K, P)
+    wmat = W.astype(cd, copy=False).reshape(group, M // group, (C // group) * K)
+    out = np.matmul(wmat, cols).reshape(N, M, *out_shape)
+    out = _add_bias(out, B, M, op)
+    return out.astype(X.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------------------------------- Col2Im
+
+
+@kernel("Col2Im", since=18)
+def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    op = "Col2Im"
+    x = np.asarray(input)
+    if x.ndim != 3:
+        raise ValueError(f"{op}: input must be 3-D (N, C*prod(block_shape), L), got shape {x.shape}")
+    img = [int(v) for v in np.asarray(image_shape).reshape(-1)]
+    blk = [int(v) for v in np.asarray(block_shape).reshape(-1)]
+    n = len(img)
+    if len(blk) != n:
+        raise ValueError(f"{op}: image_shape and block_shape lengths differ ({n} vs {len(blk)})")
+    st = spatial_attr(strides, n, 1, op, "strides")
+    dl = spatial_attr(dilations, n, 1, op, "dilations")
+    pb, pe = explicit_pads(pads, n, op)
+    K = prod(blk)
+    N, CK, L = x.shape
+    if K == 0 or CK % K:
+        raise ValueError(f"{op}: input dim 1 ({CK}) not divisible by prod(block_shape) ({K})")
+    C = CK // K
+    blocks = [(i + b + e - ((k - 1) * d + 1)) // s + 1 for i, b, e, k, d, s in zip(img, pb, pe, blk, dl, st)]
+    if prod(blocks) != L:
+        raise ValueError(f"{op}: input has {L} blocks, expected {prod(blocks)} for image_shape {img}")
+    cols = x.reshape(N, C, *blk, *blocks)
+    buf = _scatter_cols(cols, blk, blocks, st, dl, (N, C))
+    out = _crop(buf, pb, img, 2)
+    return np.ascontiguousarray(out).astype(x.dtype, copy=False)

@@ -1,0 +1,297 @@
+"""Elementwise math, logic, comparison, variadic and selection ops.
+
+Hot-path kernels are registered as bare numpy ufuncs (``Add = np.add``) for the opset versions that have no
+attributes; the pre-opset-7 versions (``consumed_inputs``, legacy ``broadcast``/``axis``) get thin Python wrappers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special as _special
+
+from .registry import kernel
+
+_ALL_VERSIONS = (1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28)
+
+
+def _wrap_unary(ufunc, name):
+    """A one-input wrapper (for opset-1 versions, whose ``consumed_inputs`` attribute must be dropped)."""
+
+    def fn(x):
+        return ufunc(x)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# unary math
+# ---------------------------------------------------------------------------------------------------------------
+for _op, _uf, _since in (
+    ("Abs", np.absolute, (6, 13)),
+    ("Neg", np.negative, (6, 13)),
+    ("Exp", np.exp, (6, 13)),
+    ("Log", np.log, (6, 13)),
+    ("Sqrt", np.sqrt, (6, 13)),
+    ("Reciprocal", np.reciprocal, (6, 13)),
+    ("Ceil", np.ceil, (6, 13)),
+    ("Floor", np.floor, (6, 13)),
+):
+    kernel(_op, _since)(_uf)
+    kernel(_op, 1)(_wrap_unary(_uf, _op.lower() + "_1"))
+
+kernel("Round", (11, 22))(np.rint)  # round half to even
+kernel("Sign", (9, 13))(np.sign)
+kernel("IsNaN", (9, 13, 20))(np.isnan)
+for _op, _uf, _since in (
+    ("Sin", np.sin, (7, 22)),
+    ("Cos", np.cos, (7, 22)),
+    ("Tan", np.tan, (7, 22)),
+    ("Asin", np.arcsin, (7, 22)),
+    ("Acos", np.arccos, (7, 22)),
+    ("Atan", np.arctan, (7, 22)),
+    ("Sinh", np.sinh, (9, 22)),
+    ("Cosh", np.cosh, (9, 22)),
+    ("Asinh", np.arcsinh, (9, 22)),
+    ("Acosh", np.arccosh, (9, 22)),
+    ("Atanh", np.arctanh, (9, 22)),
+):
+    kernel(_op, _since)(_uf)
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_NATIVE_FLOATS = frozenset((_F32, _F64))
+
+
+@kernel("Erf", (9, 13))
+def erf(x):
+    dt = x.dtype
+    if dt in _NATIVE_FLOATS:
+        return _special.erf(x)
+    if dt.kind in "iu":
+        return _special.erf(x.astype(np.float64)).astype(dt)
+    return _special.erf(x.astype(np.float32)).astype(dt)
+
+
+@kernel("IsInf", (10, 20))
+def isinf(x, *, detect_negative=1, detect_positive=1):
+    if detect_negative and detect_positive:
+        return np.isinf(x)
+    if detect_positive:
+        return np.isposinf(x) if x.dtype.kind == "f" else np.isinf(x) & (x > 0)
+    if detect_negative:
+        return np.isneginf(x) if x.dtype.kind == "f" else np.isinf(x) & (x < 0)
+    return np.zeros(x.shape, dtype=np.bool_)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# binary arithmetic
+# ---------------------------------------------------------------------------------------------------------------
+def _legacy_b(a, b, broadcast, axis):
+    """Pre-opset-7 broadcasting: with ``broadcast=1`` and ``axis``, B's dims line up with A's from ``axis``."""
+    if broadcast and axis is not None and b.ndim and b.ndim < a.ndim:
+        ax = axis + a.ndim if axis < 0 else axis
+        trailing = a.ndim - ax - b.ndim
+        if ax < 0 or trailing < 0:
+            raise ValueError(f"legacy broadcast axis={axis} does not fit B{b.shape} into A{a.shape}")
+        if trailing:
+            b = b.reshape(b.shape + (1,) * trailing)
+    elif not broadcast and a.shape != b.shape and b.ndim:
+        # opset < 7 with broadcast=0 requires equal shapes; scalars B were always accepted.
+        if np.broadcast_shapes(a.shape, b.shape) != a.shape:
+            raise ValueError(f"shapes {a.shape} and {b.shape} differ and broadcast=0")
+    return b
+
+
+def _legacy_binary(fn, name):
+    def legacy(a, b, *, broadcast=0, axis=None):
+        return fn(a, _legacy_b(a, b, broadcast, axis))
+
+    legacy.__name__ = legacy.__qualname__ = name
+    return legacy
+
+
+def _int_div(a, b):
+    """Integer division truncating toward zero (C semantics)."""
+    if a.dtype.kind == "u" and b.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.fmod(a, b)
+        return np.floor_divide(a - r, b)
+
+
+def div(a, b):
+    if a.dtype.kind in "iu":
+        return _int_div(a, b)
+    return np.divide(a, b)
+
+
+for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", div)):
+    kernel(_op, (7, 13, 14))(_fn)
+    kernel(_op, (1, 6))(_legacy_binary(_fn, _op.lower() + "_legacy"))
+
+
+def _pow_float(x, y):
+    """x ** y computed in a float type and cast back to x's type (integer base or mixed types)."""
+    if x.dtype.kind in "iu":
+        # std::pow semantics on double, truncated back to the integer type
+        with np.errstate(all="ignore"):
+            r = np.power(x.astype(np.float64), y.astype(np.float64))
+        return r.astype(x.dtype)
+    xf = x if x.dtype in _NATIVE_FLOATS else x.astype(np.float32)
+    yf = y if y.dtype in _NATIVE_FLOATS else y.astype(np.float32 if y.dtype.kind not in "iu" else np.float64)
+    return np.power(xf, yf).astype(x.dtype, copy=False)
+
+
+def pow_(x, y):
+    xd = x.dtype
+    if xd == y.dtype:
+        if xd.kind not in "iu":
+            return np.power(x, y)
+        try:
+            return np.power(x, y)
+        except ValueError:  # integers to negative integer powers
+            return _pow_float(x, y)
+    if xd.kind in "iu" and y.dtype.kind in "iu":
+        try:
+            return np.power(x, y.astype(xd))
+        except ValueError:
+            return _pow_float(x, y)
+    if xd.kind == "f" and y.dtype.kind in "iu":
+        # float base with integer exponent: exponent converted to the base type
+        return np.power(x, y.astype(xd))
+    return _pow_float(x, y)
+
+
+kernel("Pow", (7, 12, 13, 15))(pow_)
+kernel("Pow", 1)(_legacy_binary(pow_, "pow_legacy"))
+
+
+@kernel("Mod", (10, 13, 28))
+def mod(a, b, *, fmod=0):
+    if fmod:
+        return np.fmod(a, b)
+    return np.mod(a, b)
+
+
+@kernel("BitShift", (11, 28))
+def bitshift(x, y, *, direction=""):
+    if direction == "LEFT":
+        return np.left_shift(x, y)
+    if direction == "RIGHT":
+        return np.right_shift(x, y)
+    raise ValueError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# logic, bitwise, comparison
+# ---------------------------------------------------------------------------------------------------------------
+for _op, _fn in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)):
+    kernel(_op, 7)(_fn)
+    kernel(_op, 1)(_legacy_binary(_fn, _op.lower() + "_legacy"))
+kernel("Not", 1)(np.logical_not)
+kernel("BitwiseAnd", 18)(np.bitwise_and)
+kernel("BitwiseOr", 18)(np.bitwise_or)
+kernel("BitwiseXor", 18)(np.bitwise_xor)
+kernel("BitwiseNot", 18)(np.invert)
+
+kernel("Equal", (7, 11, 13, 19))(np.equal)
+kernel("Equal", 1)(_legacy_binary(np.equal, "equal_legacy"))
+kernel("Greater", (7, 9, 13))(np.greater)
+kernel("Greater", 1)(_legacy_binary(np.greater, "greater_legacy"))
+kernel("Less", (7, 9, 13))(np.less)
+kernel("Less", 1)(_legacy_binary(np.less, "less_legacy"))
+kernel("GreaterOrEqual", (12, 16))(np.greater_equal)
+kernel("LessOrEqual", (12, 16))(np.less_equal)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# variadic
+# ---------------------------------------------------------------------------------------------------------------
+def _need_inputs(op, xs):
+    if not xs:
+        raise ValueError(f"{op} needs at least one input")
+
+
+@kernel("Max", (1, 6, 8, 12, 13))
+def max_(*xs):
+    if len(xs) == 2:
+        return np.maximum(xs[0], xs[1])
+    _need_inputs("Max", xs)
+    r = xs[0]
+    for x in xs[1:]:
+        r = np.maximum(r, x)
+    return r
+
+
+@kernel("Min", (1, 6, 8, 12, 13))
+def min_(*xs):
+    if len(xs) == 2:
+        return np.minimum(xs[0], xs[1])
+    _need_inputs("Min", xs)
+    r = xs[0]
+    for x in xs[1:]:
+        r = np.minimum(r, x)
+    return r
+
+
+@kernel("Sum", (1, 6, 8, 13))
+def sum_(*xs):
+    if len(xs) == 2:
+        return np.add(xs[0], xs[1])
+    _need_inputs("Sum", xs)
+    r = xs[0]
+    for x in xs[1:]:
+        r = np.add(r, x)
+    return r
+
+
+@kernel("Mean", (1, 6, 8, 13))
+def mean(*xs):
+    _need_inputs("Mean", xs)
+    if len(xs) == 1:
+        return xs[0]
+    r = np.add(xs[0], xs[1])
+    for x in xs[2:]:
+        r = np.add(r, x)
+    return np.divide(r, len(xs)).astype(xs[0].dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# selection, clipping, identity
+# ---------------------------------------------------------------------------------------------------------------
+kernel("Where", (9, 16))(np.where)
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@kernel("Clip", (1, 6))
+def clip_6(x, *, min=-_FLT_MAX, max=_FLT_MAX):  # noqa: A002 - ONNX attribute names
+    if min > -_FLT_MAX:
+        x = np.maximum(x, min)
+    if max < _FLT_MAX:
+        x = np.minimum(x, max)
+    return x
+
+
+@kernel("Clip", (11, 12, 13))
+def clip_11(x, min=None, max=None):  # noqa: A002 - ONNX input names
+    if min is not None:
+        if min.size != 1:
+            raise ValueError(f"Clip 'min' must be a scalar tensor, got shape {min.shape}")
+        x = np.maximum(x, min.reshape(()))
+        if max is not None:
+            if max.size != 1:
+                raise ValueError(f"Clip 'max' must be a scalar tensor, got shape {max.shape}")
+            return np.minimum(x, max.reshape(()))
+        return x
+    if max is not None:
+        if max.size != 1:
+            raise ValueError(f"Clip 'max' must be a scalar tensor, got shape {max.shape}")
+        return np.minimum(x, max.reshape(()))
+    return x
+
+
+@kernel("Identity", _ALL_VERSIONS[:1] + (13, 14, 16, 19, 21, 23, 24, 25))
+def identity(x):
+    return x

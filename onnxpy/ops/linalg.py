@@ -1,0 +1,211 @@
+"""Linear algebra: MatMul, Gemm, MatMulInteger, Einsum, Det.
+
+MatMul/Gemm are thin wrappers over ``np.matmul`` (BLAS for float32/float64).  Narrow floats (float16, bfloat16) have
+no BLAS path in numpy, so they are multiplied in float32 and rounded back once, as onnxruntime's kernels accumulate
+in float32 too.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .registry import kernel
+
+_F32 = np.dtype(np.float32)
+_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_matmul = np.matmul
+
+
+def _arr(x, op, name):
+    if not isinstance(x, np.ndarray):
+        if x is None:
+            raise ValueError(f"{op}: required input '{name}' is missing")
+        x = np.asarray(x)
+    if x.dtype == object or x.dtype == np.bool_:
+        raise TypeError(f"{op}: input '{name}' has unsupported element type {x.dtype}")
+    return x
+
+
+def _check_same_type(op, a, b):
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: inputs must have the same element type, got {a.dtype} and {b.dtype}")
+
+
+# --- MatMul ------------------------------------------------------------------------------------------------------
+
+
+def _mm(op, a, b):
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{op}: inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
+    if ka != kb:
+        raise ValueError(f"{op}: incompatible shapes {a.shape} and {b.shape} (inner dimensions {ka} != {kb})")
+    return _matmul(a, b)
+
+
+@kernel("MatMul", since=(1, 9, 13))
+def matmul(A, B):
+    dt = A.dtype
+    if dt != B.dtype:
+        raise TypeError(f"MatMul: inputs must have the same element type, got {dt} and {B.dtype}")
+    if dt in _LOW_FLOATS:
+        return _mm("MatMul", A.astype(_F32), B.astype(_F32)).astype(dt)
+    try:
+        return _matmul(A, B)
+    except ValueError:
+        return _mm("MatMul", A, B)  # raises with a clear message
+
+
+# --- Gemm --------------------------------------------------------------------------------------------------------
+
+
+def _gemm(A, B, C, alpha, beta, transA, transB):
+    a = _arr(A, "Gemm", "A")
+    b = _arr(B, "Gemm", "B")
+    _check_same_type("Gemm", a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+    if transA:
+        a = a.T
+    if transB:
+        b = b.T
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"Gemm: incompatible shapes A'{a.shape} and B'{b.shape} (transA={transA}, transB={transB})"
+        )
+    dt = a.dtype
+    low = dt in _LOW_FLOATS
+    if low:
+        a = a.astype(_F32)
+        b = b.astype(_F32)
+    y = _matmul(a, b)
+    is_int = y.dtype.kind in "iu"
+    alpha = float(alpha)
+    beta = float(beta)
+    if alpha != 1.0:
+        if is_int:
+            y = (y * alpha).astype(dt)
+        else:
+            y *= y.dtype.type(alpha)
+    if C is not None and beta != 0.0:
+        c = _arr(C, "Gemm", "C")
+        if c.dtype != dt:
+            raise TypeError(f"Gemm: C must have the same element type as A, got {c.dtype} and {dt}")
+        if low:
+            c = c.astype(_F32)
+        if beta != 1.0:
+            c = (c * beta).astype(dt) if is_int else c * c.dtype.type(beta)
+        try:
+            ok = np.broadcast_shapes(c.shape, y.shape) == y.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"Gemm: C of shape {c.shape} cannot be broadcast to the output shape {y.shape}")
+        y += c
+    if low:
+        y = y.astype(dt)
+    return y
+
+
+@kernel("Gemm", since=(1, 6))
+def gemm_1(A, B, C, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
+    return _gemm(A, B, C, alpha, beta, transA, transB)
+
+
+@kernel("Gemm", since=(7, 9))
+def gemm_7(A, B, C, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+    return _gemm(A, B, C, alpha, beta, transA, transB)
+
+
+@kernel("Gemm", since=(11, 13))
+def gemm_11(A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+    return _gemm(A, B, C, alpha, beta, transA, transB)
+
+
+# --- MatMulInteger -----------------------------------------------------------------------------------------------
+
+
+def _int8_type(op, name, x):
+    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise TypeError(f"{op}: input '{name}' must be int8 or uint8, got {x.dtype}")
+
+
+@kernel("MatMulInteger", since=10)
+def matmul_integer(A, B, a_zero_point=None, b_zero_point=None):
+    op = "MatMulInteger"
+    a = _arr(A, op, "A")
+    b = _arr(B, op, "B")
+    _int8_type(op, "A", a)
+    _int8_type(op, "B", b)
+    # float64 BLAS is exact here: |products| <= 2^16, so sums stay exact far beyond any realistic K
+    af = a.astype(np.float64)
+    bf = b.astype(np.float64)
+    if a_zero_point is not None:
+        az = _arr(a_zero_point, op, "a_zero_point")
+        if az.dtype != a.dtype:
+            raise TypeError(f"{op}: a_zero_point must have A's type {a.dtype}, got {az.dtype}")
+        if az.size == 1:
+            af -= float(az.reshape(-1)[0])
+        else:
+            if az.ndim == 1 and a.ndim >= 2:
+                if az.shape[0] != a.shape[-2]:
+                    raise ValueError(f"{op}: a_zero_point of shape {az.shape} does not match the {a.shape[-2]} rows of A")
+                az = az.reshape(-1, 1)
+            af -= az.astype(np.float64)
+    if b_zero_point is not None:
+        bz = _arr(b_zero_point, op, "b_zero_point")
+        if bz.dtype != b.dtype:
+            raise TypeError(f"{op}: b_zero_point must have B's type {b.dtype}, got {bz.dtype}")
+        if bz.size == 1:
+            bf -= float(bz.reshape(-1)[0])
+        else:
+            if bz.ndim == 1 and b.ndim >= 2 and bz.shape[0] != b.shape[-1]:
+                raise ValueError(f"{op}: b_zero_point of shape {bz.shape} does not match the {b.shape[-1]} columns of B")
+            bf -= bz.astype(np.float64)
+    y = _mm(op, af, bf)
+    return y.astype(np.int64).astype(np.int32)
+
+
+# --- Einsum ------------------------------------------------------------------------------------------------------
+
+
+@kernel("Einsum", since=(12, 28))
+def einsum(*Inputs, equation):
+    eq = str(equation).replace(" ", "")
+    if not Inputs:
+        raise ValueError("Einsum: needs at least one input")
+    ops = [_arr(x, "Einsum", f"Inputs[{i}]") for i, x in enumerate(Inputs)]
+    dt = ops[0].dtype
+    for x in ops[1:]:
+        if x.dtype != dt:
+            raise TypeError(f"Einsum: all inputs must have the same element type, got {dt} and {x.dtype}")
+    lhs = eq.split("->")[0]
+    if lhs.count(",") + 1 != len(ops):
+        raise ValueError(f"Einsum: equation '{equation}' has {lhs.count(',') + 1} terms but {len(ops)} inputs were given")
+    low = dt in _LOW_FLOATS
+    if low:
+        ops = [x.astype(_F32) for x in ops]
+    try:
+        res = np.einsum(eq, *ops, optimize=len(ops) > 1)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"Einsum: invalid equation '{equation}' for shapes {[x.shape for x in ops]}: {e}") from None
+    res = np.asarray(res)
+    if res.dtype != dt:
+        res = res.astype(dt)
+    return res
+
+
+# --- Det ---------------------------------------------------------------------------------------------------------
+
+
+@kernel("Det", since=(11, 22))
+def det(X):
+    x = _arr(X, "Det", "X")
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"Det: input must have shape [*, M, M], got {x.shape}")
+    if x.dtype.kind not in "f" and x.dtype not in _LOW_FLOATS:
+        raise TypeError(f"Det: input must be a float tensor, got {x.dtype}")
+    work = x.astype(_F32) if x.dtype in _LOW_FLOATS else x
+    return np.asarray(np.linalg.det(work)).astype(x.dtype, copy=False)

@@ -1,0 +1,262 @@
+"""Pooling: MaxPool, AveragePool, LpPool, Global{Average,Max,Lp}Pool, MaxUnpool."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
+from .registry import kernel
+
+# Above this many kernel positions reduce over a strided window view instead of looping over positions.
+_LOOP_LIMIT = 64
+
+
+def _pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op):
+    """(kernel, strides, dilations, pad_begin, pad_end, out_shape) for a pooling op."""
+    check_rank(x, op, "X")
+    n = x.ndim - 2
+    if kernel_shape is None or len(kernel_shape) == 0:
+        raise ValueError(f"{op}: attribute kernel_shape is required")
+    ks = spatial_attr(kernel_shape, n, 1, op, "kernel_shape")
+    st = spatial_attr(strides, n, 1, op, "strides")
+    dl = spatial_attr(dilations, n, 1, op, "dilations")
+    if any(k < 1 for k in ks) or any(s < 1 for s in st) or any(d < 1 for d in dl):
+        raise ValueError(f"{op}: kernel_shape, strides and dilations must be positive")
+    in_shape = x.shape[2:]
+    eff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    ceil_mode = bool(ceil_mode)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [ceil_div(i, s) for i, s in zip(in_shape, st)]
+        pb, pe = [], []
+        for i in range(n):
+            total = max(0, (out[i] - 1) * st[i] + eff[i] - in_shape[i])
+            small, big = total // 2, total - total // 2
+            pb.append(small if auto_pad == "SAME_UPPER" else big)
+            pe.append(big if auto_pad == "SAME_UPPER" else small)
+        return ks, st, dl, pb, pe, out
+    if auto_pad == "VALID":
+        pb, pe = [0] * n, [0] * n
+    elif auto_pad == "NOTSET":
+        pb, pe = explicit_pads(pads, n, op)
+    else:
+        raise ValueError(f"{op}: unsupported auto_pad value {auto_pad!r}")
+    out = []
+    for i in range(n):
+        span = in_shape[i] + pb[i] + pe[i] - eff[i]
+        if span < 0:
+            raise ValueError(f"{op}: kernel (effective size {eff[i]}) larger than padded input on spatial axis {i}")
+        o = (ceil_div(span, st[i]) if ceil_mode else span // st[i]) + 1
+        if ceil_mode and (o - 1) * st[i] >= in_shape[i] + pb[i]:
+            o -= 1  # the last window would start in the right padding
+        out.append(o)
+    return ks, st, dl, pb, pe, out
+
+
+def _padded(x, ks, st, dl, pb, pe, out, value):
+    """x padded so that every window lies inside; extra room at the end for ceil-mode windows."""
+    pe2 = []
+    for i in range(len(ks)):
+        need = (out[i] - 1) * st[i] + (ks[i] - 1) * dl[i] + 1
+        have = x.shape[2 + i] + pb[i] + pe[i]
+        pe2.append(pe[i] + max(0, need - have))
+    return pad_array(x, pb, pe2, value)
+
+
+def _slices(kpos, dl, out, st):
+    return (slice(None), slice(None)) + tuple(
+        slice(k * d, k * d + (o - 1) * s + 1, s) for k, d, o, s in zip(kpos, dl, out, st))
+
+
+def _min_value(dt):
+    if dt.kind == "f" or str(dt) == "bfloat16":
+        return -np.inf
+    if dt.kind == "b":
+        return False
+    return np.iinfo(dt).min
+
+
+def _reduce_windows(xp, ks, st, dl, out, how):
+    """max or sum over every pooling window of the padded array."""
+    n = len(ks)
+    if prod(ks) > _LOOP_LIMIT:
+        view = windows(xp, ks, st, dl, out, kernel_first=False)
+        axes = tuple(range(2 + n, 2 + 2 * n))
+        return view.max(axis=axes) if how == "max" else view.sum(axis=axes)
+    acc = None
+    for kpos in np.ndindex(*ks):
+        sl = xp[_slices(kpos, dl, out, st)]
+        if acc is None:
+            acc = sl.copy()
+        elif how == "max":
+            np.maximum(acc, sl, out=acc)
+        else:
+            acc += sl
+    return acc
+
+
+def _axis_counts(in_len, k, s, d, pb, pe, o, include_pad):
+    """Per output position, how many kernel taps fall inside the input (or inside input + explicit pads)."""
+    starts = np.arange(o) * s - pb
+    taps = starts[:, None] + np.arange(k)[None, :] * d
+    lo, hi = (-pb, in_len + pe) if include_pad else (0, in_len)
+    return ((taps >= lo) & (taps < hi)).sum(axis=1)
+
+
+def _counts(in_shape, ks, st, dl, pb, pe, out, include_pad, dtype):
+    c = np.ones((), dtype=dtype)
+    for i in range(len(ks)):
+        ci = _axis_counts(in_shape[i], ks[i], st[i], dl[i], pb[i], pe[i], out[i], include_pad).astype(dtype)
+        c = np.multiply.outer(c, ci)
+    return c
+
+
+def _maxpool_indices(x, ks, st, dl, pb, pe, out, storage_order):
+    """Max values and flat (un-padded) indices of the first maximum of each window."""
+    in_shape = x.shape[2:]
+    n = len(ks)
+    N, C = x.shape[:2]
+    minv = _min_value(x.dtype)
+    xp = _padded(x, ks, st, dl, pb, pe, out, minv)
+    best = None
+    best_idx = np.full((N, C, *out), -1, dtype=np.int64)
+    # multipliers of each spatial coordinate in the flat index
+    if storage_order:
+        mult = [prod(in_shape[:a]) for a in range(n)]
+    else:
+        mult = [prod(in_shape[a + 1:]) for a in range(n)]
+    for kpos in np.ndindex(*ks):
+        flat = np.zeros((), dtype=np.int64)
+        valid = np.ones((), dtype=bool)
+        for a in range(n):
+            coord = np.arange(out[a]) * st[a] - pb[a] + kpos[a] * dl[a]
+            shape = [1] * n
+            shape[a] = out[a]
+            flat = flat + (coord * mult[a]).reshape(shape)
+            valid = valid & ((coord >= 0) & (coord < in_shape[a])).reshape(shape)
+        v = xp[_slices(kpos, dl, out, st)]
+        if best is None:
+            best = np.where(valid, v, minv).astype(x.dtype)
+            best_idx = np.where(valid, np.broadcast_to(flat, best.shape), -1)
+            continue
+        upd = valid & ((v > best) | (best_idx < 0))
+        best = np.where(upd, v, best)
+        best_idx = np.where(upd, flat, best_idx)
+    plane = prod(in_shape)
+    base = (np.arange(N * C, dtype=np.int64) * plane).reshape((N, C) + (1,) * n)
+    return best, np.maximum(best_idx, 0) + base
+
+
+@kernel("MaxPool", since=(1, 8, 10, 11, 12, 22))
+def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None, storage_order=0,
+             strides=None, _num_outputs=1):
+    op = "MaxPool"
+    ks, st, dl, pb, pe, out = _pool_geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+    if X.dtype.kind not in "fiu" and str(X.dtype) != "bfloat16":
+        raise TypeError(f"{op}: unsupported input type {X.dtype}")
+    if _num_outputs > 1:
+        if X.size == 0 or prod(out) == 0:
+            shape = X.shape[:2] + tuple(out)
+            return np.zeros(shape, dtype=X.dtype), np.zeros(shape, dtype=np.int64)
+        return _maxpool_indices(X, ks, st, dl, pb, pe, out, int(storage_order))
+    if X.size == 0 or prod(out) == 0:
+        return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    x = X.astype(np.float32) if str(X.dtype) == "bfloat16" else X
+    xp = _padded(x, ks, st, dl, pb, pe, out, _min_value(x.dtype))
+    return _reduce_windows(xp, ks, st, dl, out, "max").astype(X.dtype, copy=False)
+
+
+def _float_input(X, op):
+    if X.dtype.kind != "f" and str(X.dtype) != "bfloat16":
+        raise TypeError(f"{op}: input must be a float tensor, got {X.dtype}")
+    return X.astype(compute_dtype(X.dtype), copy=False)
+
+
+@kernel("AveragePool", since=(1, 7, 10, 11, 19, 22))
+def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None, kernel_shape=None,
+                 pads=None, strides=None):
+    op = "AveragePool"
+    ks, st, dl, pb, pe, out = _pool_geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+    x = _float_input(X, op)
+    if X.size == 0 or prod(out) == 0:
+        return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    xp = _padded(x, ks, st, dl, pb, pe, out, 0)
+    s = _reduce_windows(xp, ks, st, dl, out, "sum")
+    cnt = _counts(X.shape[2:], ks, st, dl, pb, pe, out, bool(count_include_pad), x.dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s /= cnt
+    return s.astype(X.dtype, copy=False)
+
+
+@kernel("LpPool", since=(1, 2, 11, 18, 22))
+def lp_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, p=2, pads=None, strides=None):
+    op = "LpPool"
+    ks, st, dl, pb, pe, out = _pool_geometry(X, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op)
+    x = _float_input(X, op)
+    if X.size == 0 or prod(out) == 0:
+        return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    p = float(p)
+    xa = np.abs(x)
+    xa = xa * xa if p == 2 else np.power(xa, p)
+    xp = _padded(xa, ks, st, dl, pb, pe, out, 0)
+    s = _reduce_windows(xp, ks, st, dl, out, "sum")
+    s = np.sqrt(s) if p == 2 else np.power(s, 1.0 / p)
+    return s.astype(X.dtype, copy=False)
+
+
+def _global(X, op, fn):
+    check_rank(X, op, "X")
+    axes = tuple(range(2, X.ndim))
+    return fn(axes)
+
+
+@kernel("GlobalAveragePool", since=(1, 22))
+def global_average_pool(X):
+    x = _float_input(X, "GlobalAveragePool")
+    return _global(x, "GlobalAveragePool", lambda ax: x.mean(axis=ax, keepdims=True)).astype(X.dtype, copy=False)
+
+
+@kernel("GlobalMaxPool", since=(1, 22))
+def global_max_pool(X):
+    check_rank(X, "GlobalMaxPool", "X")
+    if prod(X.shape[2:]) == 0:
+        raise ValueError("GlobalMaxPool: empty spatial dimensions")
+    return X.max(axis=tuple(range(2, X.ndim)), keepdims=True)
+
+
+@kernel("GlobalLpPool", since=(1, 2, 22))
+def global_lp_pool(X, *, p=2):
+    x = _float_input(X, "GlobalLpPool")
+    check_rank(X, "GlobalLpPool", "X")
+    p = float(p)
+    s = np.power(np.abs(x), p).sum(axis=tuple(range(2, X.ndim)), keepdims=True)
+    return np.power(s, 1.0 / p).astype(X.dtype, copy=False)
+
+
+@kernel("MaxUnpool", since=(9, 11, 22))
+def max_unpool(X, I, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
+    op = "MaxUnpool"
+    check_rank(X, op, "X")
+    n = X.ndim - 2
+    if kernel_shape is None or len(kernel_shape) == 0:
+        raise ValueError(f"{op}: attribute kernel_shape is required")
+    ks = spatial_attr(kernel_shape, n, 1, op, "kernel_shape")
+    st = spatial_attr(strides, n, 1, op, "strides")
+    pb, pe = explicit_pads(pads, n, op)
+    I = np.asarray(I)
+    if I.shape != X.shape:
+        raise ValueError(f"{op}: indices shape {I.shape} differs from X shape {X.shape}")
+    if output_shape is not None and np.asarray(output_shape).size > 0:
+        shape = [int(v) for v in np.asarray(output_shape).reshape(-1)]
+        if len(shape) != X.ndim:
+            raise ValueError(f"{op}: output_shape {shape} must have rank {X.ndim}")
+    else:
+        shape = list(X.shape[:2]) + [(i - 1) * s + k - b - e
+                                     for i, s, k, b, e in zip(X.shape[2:], st, ks, pb, pe)]
+    total = prod(shape)
+    idx = I.reshape(-1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= total):
+        raise ValueError(f"{op}: index out of range for output shape {shape}")
+    out = np.zeros(total, dtype=X.dtype)
+    out[idx] = X.reshape(-1)
+    return out.reshape(shape)

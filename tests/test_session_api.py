@@ -1,0 +1,313 @@
+"""The onnxruntime-compatible API: session construction, metadata, feeds, errors, options, OrtValue, IOBinding."""
+
+import os
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy as ort
+from onnxpy.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, InvalidProtobuf, NoSuchFile
+from onnxpy.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
+
+ortref = pytest.importorskip("onnxruntime")
+
+
+def _both(model_bytes):
+    return ort.InferenceSession(model_bytes), ortref.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+
+
+def test_run_matches_onnxruntime(add_model_bytes, ones23):
+    a, b = _both(add_model_bytes)
+    feed = {"X": ones23, "Y": ones23 * 2}
+    np.testing.assert_array_equal(a.run(None, feed)[0], b.run(None, feed)[0])
+    assert a.run([], feed)[0].shape == (2, 3)
+    assert a.run(["Z"], feed)[0].dtype == np.float32
+
+
+def test_node_args_like_onnxruntime(add_model_bytes):
+    a, b = _both(add_model_bytes)
+    for x, y in zip(a.get_inputs() + a.get_outputs(), b.get_inputs() + b.get_outputs()):
+        assert (x.name, x.type, x.shape) == (y.name, y.type, y.shape)
+    assert a.get_providers() == ["CPUExecutionProvider"]
+    assert a.get_provider_options() == {"CPUExecutionProvider": {}}
+
+
+@pytest.mark.parametrize("feed_fn, exc", [
+    (lambda x: {"X": x}, ValueError),
+    (lambda x: {"X": x, "Y": x, "W": x}, InvalidArgument),
+    (lambda x: {"X": x, "Y": x.astype(np.float64)}, InvalidArgument),
+    (lambda x: {"X": x, "Y": np.ones((2, 3, 1), np.float32)}, InvalidArgument),
+    (lambda x: {"X": x, "Y": np.ones((2, 4), np.float32)}, InvalidArgument),
+    (lambda x: {"X": x, "Y": 3.0}, RuntimeError),
+])
+def test_feed_errors_match_onnxruntime(add_model_bytes, ones23, feed_fn, exc):
+    a, b = _both(add_model_bytes)
+    with pytest.raises(exc) as ours:
+        a.run(None, feed_fn(ones23))
+    with pytest.raises(Exception) as theirs:
+        b.run(None, feed_fn(ones23))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_invalid_output_name(add_model_bytes, ones23):
+    a, _ = _both(add_model_bytes)
+    with pytest.raises(InvalidArgument, match="Invalid output name:Q"):
+        a.run(["Q"], {"X": ones23, "Y": ones23})
+    with pytest.raises(TypeError):
+        a.run("Z", {"X": ones23, "Y": ones23})
+
+
+def test_lists_converted_and_noncontiguous(add_model_bytes, ones23):
+    a, _ = _both(add_model_bytes)
+    out = a.run(None, {"X": [[1, 2, 3], [4, 5, 6]], "Y": np.ones((3, 2), np.float32).T})[0]
+    np.testing.assert_array_equal(out, np.array([[2, 3, 4], [5, 6, 7]], np.float32))
+    empty = a.run(None, {"X": np.zeros((0, 3), np.float32), "Y": np.zeros((0, 3), np.float32)})[0]
+    assert empty.shape == (0, 3)
+
+
+def test_runtime_error_names_node(add_model_bytes):
+    a, _ = _both(add_model_bytes)
+    with pytest.raises(Fail, match="Add node. Name:'add'") as e:
+        a.run(None, {"X": np.ones((2, 3), np.float32), "Y": np.ones((3, 3), np.float32)})
+    assert "float32[2, 3]" in str(e.value) and "float32[3, 3]" in str(e.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(NoSuchFile):
+        ort.InferenceSession(str(tmp_path / "missing.onnx"))
+    with pytest.raises(InvalidProtobuf):
+        ort.InferenceSession(b"garbage\xff\xff")
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(b"\x08\x07\x12\xff\xff\xff")
+    with pytest.raises(InvalidProtobuf):
+        ort.InferenceSession(str(p))
+
+
+def test_unknown_op_is_named():
+    g = helper.make_graph([helper.make_node("NoSuchOp", ["X"], ["Y"], domain="my.domain")], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)])
+    with pytest.raises(OrtNotImplemented, match=r"NoSuchOp\(1\).*my\.domain"):
+        ort.InferenceSession(m.SerializeToString())
+
+
+def _model_with_initializer_input():
+    W = numpy_helper.from_array(np.full((2, 3), 5, np.float32), "W")
+    g = helper.make_graph([helper.make_node("Add", ["X", "W"], ["Z"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("W", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT, [2, 3])], [W])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def test_overridable_initializers_and_add_initializer(ones23):
+    mb = _model_with_initializer_input()
+    a, b = _both(mb)
+    assert [i.name for i in a.get_inputs()] == [i.name for i in b.get_inputs()] == ["X"]
+    assert [i.name for i in a.get_overridable_initializers()] == ["W"]
+    np.testing.assert_array_equal(a.run(None, {"X": ones23})[0], np.full((2, 3), 6, np.float32))
+    np.testing.assert_array_equal(a.run(None, {"X": ones23, "W": ones23})[0], np.full((2, 3), 2, np.float32))
+    so = ort.SessionOptions()
+    w = ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 3), np.float32))
+    so.add_initializer("W", w)
+    s = ort.InferenceSession(mb, so)
+    np.testing.assert_array_equal(s.run(None, {"X": ones23})[0], ones23)
+
+
+def test_model_metadata():
+    g = helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "gname",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="p", doc_string="docstr")
+    m.ir_version = 8
+    helper.set_model_props(m, {"k": "v"})
+    a, b = _both(m.SerializeToString())
+    ma, mb = a.get_modelmeta(), b.get_modelmeta()
+    for f in ("producer_name", "graph_name", "domain", "description", "graph_description", "version",
+              "custom_metadata_map"):
+        assert getattr(ma, f) == getattr(mb, f), f
+
+
+def test_session_options_defaults_match():
+    a, b = ort.SessionOptions(), ortref.SessionOptions()
+    for f in ("optimized_model_filepath", "intra_op_num_threads", "inter_op_num_threads", "enable_profiling",
+              "profile_file_prefix", "enable_mem_pattern", "enable_mem_reuse", "enable_cpu_mem_arena",
+              "log_severity_level", "log_verbosity_level", "logid", "use_deterministic_compute",
+              "use_per_session_threads"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert int(a.graph_optimization_level) == int(b.graph_optimization_level) == 99
+    assert int(a.execution_mode) == int(b.execution_mode) == 0
+    a.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    assert a.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(RuntimeError, match="does not have configuration with key: nope"):
+        a.get_session_config_entry("nope")
+    ro = ort.RunOptions()
+    assert (ro.log_severity_level, ro.terminate, ro.only_execute_path_to_fetches) == (-1, False, False)
+
+
+def test_enum_values_match():
+    for enum_name in ("GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder"):
+        ours, theirs = getattr(ort, enum_name), getattr(ortref, enum_name)
+        for member in ours:
+            if hasattr(theirs, member.name):
+                assert int(member) == int(getattr(theirs, member.name))
+
+
+def test_free_dimension_override(add_model_bytes, ones23):
+    so = ort.SessionOptions()
+    so.add_free_dimension_override_by_name("N", 5)
+    s = ort.InferenceSession(add_model_bytes, so)
+    assert s.get_inputs()[0].shape == [5, 3]
+    with pytest.raises(InvalidArgument, match="Got invalid dimensions for input: X"):
+        s.run(None, {"X": ones23, "Y": ones23})
+
+
+def test_run_options_terminate(add_model_bytes, ones23):
+    s = ort.InferenceSession(add_model_bytes)
+    ro = ort.RunOptions()
+    ro.terminate = True
+    with pytest.raises(Fail, match="Exiting due to terminate flag being set to true."):
+        s.run(None, {"X": ones23, "Y": ones23}, ro)
+
+
+def test_ortvalue_and_run_with_ort_values(add_model_bytes, ones23):
+    s = ort.InferenceSession(add_model_bytes)
+    v = ort.OrtValue.ortvalue_from_numpy(ones23)
+    assert v.shape() == [2, 3] and v.data_type() == "tensor(float)" and v.element_type() == TensorProto.FLOAT
+    assert v.device_name() == "cpu" and v.is_tensor() and v.has_value()
+    out = s.run_with_ort_values(["Z"], {"X": v, "Y": v})
+    np.testing.assert_array_equal(out[0].numpy(), ones23 * 2)
+    np.testing.assert_array_equal(np.asarray(out[0]), ones23 * 2)
+    with pytest.raises(AttributeError):
+        s.run_with_ort_values(["Z"], {"X": ones23, "Y": ones23})
+    z = ort.OrtValue.ortvalue_from_shape_and_type([2, 2], TensorProto.BFLOAT16)
+    assert z.numpy().dtype.name == "bfloat16"
+    d = ort.OrtValue.from_dlpack(ones23)
+    np.testing.assert_array_equal(np.from_dlpack(d), ones23)
+
+
+def test_iobinding(add_model_bytes, ones23):
+    s = ort.InferenceSession(add_model_bytes)
+    b = s.io_binding()
+    b.bind_cpu_input("X", ones23)
+    b.bind_ortvalue_input("Y", ort.OrtValue.ortvalue_from_numpy(ones23))
+    out = ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 3), np.float32))
+    b.bind_ortvalue_output("Z", out)
+    s.run_with_iobinding(b)
+    np.testing.assert_array_equal(out.numpy(), ones23 * 2)
+    b.clear_binding_outputs()
+    b.bind_output("Z")
+    s.run_with_iobinding(b)
+    np.testing.assert_array_equal(b.copy_outputs_to_cpu()[0], ones23 * 2)
+    other = ort.InferenceSession(add_model_bytes)
+    with pytest.raises(ValueError):
+        other.run_with_iobinding(b)
+
+
+def test_run_async(add_model_bytes, ones23):
+    s = ort.InferenceSession(add_model_bytes)
+    done = threading.Event()
+    got = {}
+
+    def cb(res, data, err):
+        got.update(res=res, data=data, err=err)
+        done.set()
+
+    s.run_async(None, {"X": ones23, "Y": ones23}, cb, "ud")
+    assert done.wait(10)
+    assert got["err"] == "" and got["data"] == "ud"
+    np.testing.assert_array_equal(got["res"][0], ones23 * 2)
+    done.clear()
+    s.run_async(None, {"X": ones23, "Y": np.ones((3, 3), np.float32)}, cb, None)
+    assert done.wait(10)
+    assert got["res"] == [] and "Add node" in got["err"] and not got["err"].startswith("[ONNXRuntimeError]")
+
+
+def test_ml_dtypes_through_run():
+    import ml_dtypes
+
+    g = helper.make_graph([helper.make_node("Identity", ["X"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.BFLOAT16, [3])],
+                          [helper.make_tensor_value_info("Y", TensorProto.BFLOAT16, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    s = ort.InferenceSession(m.SerializeToString())
+    x = np.array([1.5, -2, 3], dtype=ml_dtypes.bfloat16)
+    y = s.run(None, {"X": x})[0]
+    assert y.dtype == x.dtype and (y == x).all()
+
+
+def test_module_functions():
+    assert "CPUExecutionProvider" in ort.get_available_providers()
+    assert ort.get_all_providers()[-1] == "CPUExecutionProvider"
+    assert ort.get_device() == "CPU"
+    assert ort.get_version_string() == ort.__version__
+    assert "onnxpy" in ort.get_build_info()
+    ort.set_default_logger_severity(3)
+    ort.set_seed(1)
+    with pytest.warns(UserWarning, match="not in available provider names"):
+        s = ort.InferenceSession(_model_with_initializer_input(), providers=["FooExecutionProvider"])
+    assert s.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_threads_share_a_session(add_model_bytes):
+    s = ort.InferenceSession(add_model_bytes)
+    errors = []
+
+    def work(k):
+        x = np.full((4, 3), k, np.float32)
+        for _ in range(50):
+            r = s.run(None, {"X": x, "Y": x})[0]
+            if not (r == 2 * k).all():
+                errors.append(k)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def test_external_data_and_escape(tmp_path):
+    W = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "W")
+    g = helper.make_graph([helper.make_node("Add", ["X", "W"], ["Z"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT, [2, 3])], [W])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+                    size_threshold=0)
+    s = ort.InferenceSession(str(path))
+    np.testing.assert_array_equal(s.run(None, {"X": np.zeros((2, 3), np.float32)})[0], np.arange(6).reshape(2, 3))
+    # a location escaping the model folder is refused
+    m2 = onnx.load(str(path), load_external_data=False)
+    for e in m2.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = "../" + os.path.basename(str(tmp_path)) + "/w.bin"
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
+    for e in m2.graph.initializer[0].external_data:
+        if e.key == "location":
+            e.value = "../secret.bin"
+    onnx.save_model(m2, str(sub / "m.onnx"))
+    with pytest.raises(Fail, match="escapes the model folder"):
+        ort.InferenceSession(str(sub / "m.onnx"))
+
+
+def test_modelproto_accepted(add_model_bytes, ones23):
+    s = ort.InferenceSession(onnx.load_from_string(add_model_bytes))
+    assert s.run(None, {"X": ones23, "Y": ones23})[0].sum() == 12
+
+
+def test_ops_modules_all_import():
+    from onnxpy.ops import load_all, load_errors
+
+    load_all()
+    assert load_errors == {}
