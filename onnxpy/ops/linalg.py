@@ -151,7 +151,7 @@ def matmul_integer(A, B, a_zero_point=None, b_zero_point=None):
         else:
             if az.ndim == 1 and a.ndim >= 2:
                 if az.shape[0] != a.shape[-2]:
-                    raise ValueError(f"{op}: a_zero_point of shape {az.shape} does not match the {a.shape[-2]} rows of A")
+                    raise ValueError(f"{op}: a_zero_point of shape {az.shape} does not match A's {a.shape[-2]} rows")
                 az = az.reshape(-1, 1)
             af -= az.astype(np.float64)
     if b_zero_point is not None:
@@ -162,7 +162,7 @@ def matmul_integer(A, B, a_zero_point=None, b_zero_point=None):
             bf -= float(bz.reshape(-1)[0])
         else:
             if bz.ndim == 1 and b.ndim >= 2 and bz.shape[0] != b.shape[-1]:
-                raise ValueError(f"{op}: b_zero_point of shape {bz.shape} does not match the {b.shape[-1]} columns of B")
+                raise ValueError(f"{op}: b_zero_point of shape {bz.shape} does not match B's {b.shape[-1]} columns")
             bf -= bz.astype(np.float64)
     y = _mm(op, af, bf)
     return y.astype(np.int64).astype(np.int32)
@@ -183,7 +183,8 @@ def einsum(*Inputs, equation):
             raise TypeError(f"Einsum: all inputs must have the same element type, got {dt} and {x.dtype}")
     lhs = eq.split("->")[0]
     if lhs.count(",") + 1 != len(ops):
-        raise ValueError(f"Einsum: equation '{equation}' has {lhs.count(',') + 1} terms but {len(ops)} inputs were given")
+        n_terms = lhs.count(",") + 1
+        raise ValueError(f"Einsum: equation '{equation}' has {n_terms} terms but {len(ops)} inputs were given")
     low = dt in _LOW_FLOATS
     if low:
         ops = [x.astype(_F32) for x in ops]
