@@ -12,7 +12,10 @@ def to_ints(v, what: str = "value") -> list[int]:
     if v is None:
         return []
     if isinstance(v, np.ndarray):
-        if v.dtype.kind not in "iub":
+        k = v.dtype.kind
+        if k == "i" or k == "u":
+            return v.reshape(-1).tolist()
+        if k not in "iub":
             if v.dtype.kind == "f" or v.dtype.kind == "V" or v.dtype.type.__module__.startswith("ml_dtypes"):
                 return [int(x) for x in v.astype(np.float64).reshape(-1).tolist()]
             raise TypeError(f"{what} must be an integer tensor, got dtype {v.dtype}")
@@ -29,6 +32,24 @@ def scalar_int(v, what: str = "value") -> int:
             raise ValueError(f"{what} must be a scalar or a one-element tensor, got shape {v.shape}")
         return int(v.reshape(-1)[0])
     return int(v)
+
+
+def broadcast_shape(a: tuple, b: tuple, what: str = "shapes") -> tuple:
+    """Numpy/ONNX multidirectional broadcast of two shapes (cheaper than np.broadcast_shapes)."""
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ValueError(f"{what} {list(a)} and {list(b)} cannot be broadcast together")
+    return tuple(out)
 
 
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -89,6 +110,12 @@ def norm_indices(idx: np.ndarray, dim, what: str = "indices") -> np.ndarray:
     idx = idx.astype(np.int64, copy=False)
     if idx.size == 0:
         return idx
+    if np.ndim(dim) == 0:  # fast path: two reductions, no temporaries when everything is in range
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo >= 0 and hi < dim:
+            return idx
+        if lo >= -dim and hi < dim:
+            return np.where(idx < 0, idx + dim, idx)
     neg = idx < 0
     if neg.any():
         idx = np.where(neg, idx + dim, idx)

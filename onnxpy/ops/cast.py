@@ -30,6 +30,9 @@ for _n, _b in (("int2", 2), ("uint2", 2), ("float6_e2m3fn", 6), ("float6_e3m2fn"
         _SUB_BYTE_BITS[np.dtype(getattr(ml_dtypes, _n))] = _b
 
 
+_SUB_BYTE_INTS = frozenset(d for d in _SUB_BYTE_BITS if d.kind in "iu" or "int" in d.name)
+
+
 def _target_dtype(to) -> np.dtype:
     if isinstance(to, (str, bytes)):  # Cast-1 names the type as a string ("FLOAT")
         name = to.decode() if isinstance(to, bytes) else to
@@ -159,12 +162,12 @@ def _to_e8m0(x: np.ndarray, saturate, round_mode) -> np.ndarray:
     else:
         raise ValueError(f"Cast: round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
     e = base + bump
-    over = (e > 254) | inf
     if saturate:
-        e = np.where(over, 254, e)
+        e = np.where((e > 254) | inf, 254, e)
     else:
-        e = np.where(over, 255, e)
-        e = np.where(sub & (man == 0), 255, e)  # zero is not representable without saturation
+        # without saturation, values outside [2**-127, 2**127] (zero included) become NaN
+        out = (exp == 255) | ((exp == 254) & (man != 0)) | (sub & (man < 0x400000)) | (e > 254)
+        e = np.where(out, 255, e)
     e = np.where(nan, 255, e)
     return e.astype(np.uint8).view(_E8M0)
 
@@ -188,6 +191,11 @@ def _cast(x: np.ndarray, dt: np.dtype, saturate=1, round_mode="up") -> np.ndarra
         return _astype(x, dt)
     if _E8M0 is not None and dt == _E8M0:
         return _to_e8m0(x, saturate, round_mode)
+    if dt in _SUB_BYTE_INTS and _is_floatish(src):
+        # onnxruntime rounds half away from zero when narrowing floats to 4-/2-bit integers
+        xf = x.astype(np.float32) if src not in (_F32, _F64) else x
+        xf = np.trunc(xf + np.copysign(0.5, xf))
+        return _astype(xf, dt)
     return _astype(x, dt)
 
 

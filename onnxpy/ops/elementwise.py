@@ -251,10 +251,15 @@ def mean(*xs):
     _need_inputs("Mean", xs)
     if len(xs) == 1:
         return xs[0]
-    r = np.add(xs[0], xs[1])
+    dt = xs[0].dtype
+    if dt.kind != "f" or dt.itemsize < 4:  # float16 / bfloat16: accumulate in float32
+        r = np.add(xs[0].astype(np.float32), xs[1])
+    else:
+        r = np.add(xs[0], xs[1])
     for x in xs[2:]:
         r = np.add(r, x)
-    return np.divide(r, len(xs)).astype(xs[0].dtype, copy=False)
+    r /= len(xs)
+    return r.astype(dt, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -218,19 +218,19 @@ def dynamic_quantize_linear(x):
     x = _as_array(x, "x")
     if x.dtype != np.float32:
         raise TypeError(f"DynamicQuantizeLinear expects float32 input, got {x.dtype}")
-    if x.size:
-        mx = max(0.0, float(np.max(x)))
-        mn = min(0.0, float(np.min(x)))
+    finite = x[~np.isnan(x)] if x.size else x
+    if finite.size:
+        mx = max(0.0, float(np.max(finite)))
+        mn = min(0.0, float(np.min(finite)))
     else:
         mx = mn = 0.0
     scale = np.float32((np.float32(mx) - np.float32(mn)) / np.float32(255.0))
     if scale == 0 or not np.isfinite(scale):
-        zp = np.uint8(0)
-        y = np.zeros(x.shape, dtype=np.uint8) if scale == 0 else np.zeros(x.shape, dtype=np.uint8)
-        return y, np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8)
+        scale = np.float32(1.0)  # all-zero (or empty) input: onnxruntime reports scale 1, zero point 0
     zp_f = np.clip(np.rint(np.float32(0.0) - np.float32(mn) / scale), 0, 255)
     zp = np.uint8(zp_f)
-    y = np.clip(np.rint(x / scale) + np.float32(zp_f), 0, 255).astype(np.uint8)
+    q = np.clip(np.rint(x / scale) + np.float32(zp_f), 0, 255)
+    y = np.where(np.isnan(q), 0, q).astype(np.uint8)
     return y, np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8)
 
 

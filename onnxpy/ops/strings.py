@@ -51,7 +51,9 @@ def string_normalizer(X, *, case_change_action="NONE", is_case_sensitive=0, loca
     x = _strings(X)
     action = (case_change_action or "NONE").upper()
     if action not in ("NONE", "LOWER", "UPPER"):
-        raise ValueError(f"StringNormalizer: case_change_action must be NONE, LOWER or UPPER, got {case_change_action!r}")
+        raise ValueError(
+            f"StringNormalizer: case_change_action must be NONE, LOWER or UPPER, got {case_change_action!r}"
+        )
     if x.ndim == 1:
         two_d = False
         row = x
@@ -108,7 +110,10 @@ def string_split(X, *, delimiter="", maxsplit=None):
     if ms < -1:
         raise ValueError(f"StringSplit: maxsplit must be non-negative, got {maxsplit}")
     flat = x.reshape(-1)
-    parts = [str(s).split(sep, ms) for s in flat]
+    if sep is None:  # whitespace mode: like str.split(), and the unsplit remainder is stripped too
+        parts = [str(s).strip().split(None, ms) for s in flat]
+    else:
+        parts = [str(s).split(sep, ms) if s else [] for s in flat]
     counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(x.shape)
     width = int(counts.max()) if counts.size else 0
     y = np.full((flat.shape[0], width), "", dtype=object)

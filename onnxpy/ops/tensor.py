@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import check_shape, norm_axes, norm_axis, scalar_int, to_ints, zero_of
+from ._shape_util import broadcast_shape, check_shape, norm_axes, norm_axis, scalar_int, to_ints, zero_of
 from .registry import kernel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -36,14 +36,9 @@ def _reshape(x: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
     if neg >= 0:
         if allowzero and 0 in shape:
             raise ValueError(f"Reshape: shape {shape} has both 0 and -1 while allowzero=1")
-        if known == 0:
-            if x.size != 0:
-                raise ValueError(f"Reshape: cannot reshape input of shape {list(x.shape)} to {shape}")
-            new[neg] = 0
-        else:
-            if x.size % known:
-                raise ValueError(f"Reshape: cannot reshape input of shape {list(x.shape)} to {shape}")
-            new[neg] = x.size // known
+        if known == 0 or x.size % known:  # (a -1 next to a 0-sized dim is ambiguous; onnxruntime rejects it too)
+            raise ValueError(f"Reshape: cannot reshape input of shape {list(x.shape)} to {shape}")
+        new[neg] = x.size // known
     elif known != x.size:
         raise ValueError(
             f"Reshape: input of shape {list(x.shape)} ({x.size} elements) cannot be reshaped to {shape} "
@@ -281,16 +276,21 @@ def tile_6(x, repeats):
 
 @kernel("Expand", since=8)
 def expand(x, shape):
-    shp = to_ints(shape, "shape")
+    shp = tuple(to_ints(shape, "shape"))
     if any(d < 0 for d in shp):
-        raise ValueError(f"Expand: shape {shp} has negative dimensions")
-    try:
-        out_shape = np.broadcast_shapes(x.shape, tuple(shp))
-    except ValueError:
-        raise ValueError(f"Expand: input shape {list(x.shape)} cannot be broadcast to {shp}") from None
+        raise ValueError(f"Expand: shape {list(shp)} has negative dimensions")
+    out_shape = broadcast_shape(x.shape, shp, "Expand: input shape and shape")
     if out_shape == x.shape:
         return x
     check_shape(out_shape, x.dtype, "Expand output")
+    # a read-only broadcast view: no copy (consumers broadcast anyway)
+    if x.size and x.flags.c_contiguous and x.dtype.kind != "O":
+        pad = len(out_shape) - x.ndim
+        strides = tuple(0 if d == 1 and o != 1 else st
+                        for d, o, st in zip((1,) * pad + x.shape, out_shape, (0,) * pad + x.strides))
+        out = np.ndarray(out_shape, x.dtype, x, 0, strides)  # ~10x cheaper than np.broadcast_to
+        out.flags.writeable = False
+        return out
     return np.broadcast_to(x, out_shape)
 
 

@@ -1,8 +1,119 @@
-"""Graph optimizer: passes chosen by GraphOptimizationLevel (pass-through until the passes land)."""
+"""Graph optimizer: passes chosen by ``GraphOptimizationLevel`` with onnxruntime's meanings.
+
+* ORT_DISABLE_ALL: nothing;
+* ORT_ENABLE_BASIC: constant folding, Identity/Dropout elimination, Conv+BatchNormalization folding, dead code;
+* ORT_ENABLE_EXTENDED / ORT_ENABLE_ALL: the basic passes plus the fusions registered at those levels.
+
+``disabled_optimizers`` (InferenceSession kwarg) and the session config entry
+``optimization.disable_specified_optimizers`` (comma list) switch passes off by name.
+``optimized_model_filepath`` writes the result as an ONNX model.
+"""
 
 from __future__ import annotations
 
+import copy
+import itertools
+import logging
 
-def optimize(model, options, kwargs=None):
-    """Return the optimized model for ``options.graph_optimization_level``."""
+from ..ir.model import Graph, Model
+from .passes import BASIC_PASSES
+
+log = logging.getLogger("onnxpy.optimizer")
+MAX_ROUNDS = 5
+
+
+class OptContext:
+    def __init__(self, model: Model, options):
+        self.model = model
+        self.protected: set = set()  # names that must keep existing (graph outputs of the main graph)
+        self._inputs_cache: dict = {}
+        self._counter = itertools.count()
+        limit = options._config.get("optimization.constant_folding_max_output_size_in_bytes") if options else None
+        from .passes import DEFAULT_FOLD_LIMIT
+
+        self.fold_limit = int(limit) if limit else DEFAULT_FOLD_LIMIT
+        self.applied: dict = {}
+        self._planner = None
+
+    def graph_input_names(self, g: Graph) -> set:
+        return {v.name for v in g.inputs}
+
+    def fresh(self, base: str) -> str:
+        return f"{base}_{next(self._counter)}"
+
+    def run_node(self, node, inputs):
+        """Run one node on constant inputs with the CPU kernels; None when it cannot run here."""
+        from ..execution.executor import run_plan
+        from ..execution.plan import Planner
+        from ..ir.model import ValueInfo
+
+        if self._planner is None:
+            self._planner = Planner(self.model.opsets, lambda p, i, o: run_plan(p, i, o))
+        names = [f"__in{i}" if x else "" for i, x in enumerate(node.inputs)]
+        tmp = Graph("fold", [type(node)(node.op_type, node.domain, names, list(node.outputs), node.attrs, node.name)],
+                    [], [ValueInfo(o) for o in node.outputs if o],
+                    {n: v for n, v in zip(names, inputs) if n})
+        try:
+            plan = self._planner.plan(tmp)
+            outs = run_plan(plan, (), ())
+        except Exception as e:  # noqa: BLE001 - a node that cannot be folded stays in the graph
+            log.debug("constant folding skipped %s: %s", node.describe(), e)
+            return None
+        it = iter(outs)
+        return [next(it) if o else None for o in node.outputs]
+
+
+def _disabled(options, kwargs) -> set:
+    names = set(kwargs.get("disabled_optimizers") or []) if kwargs else set()
+    cfg = options._config.get("optimization.disable_specified_optimizers", "") if options else ""
+    names |= {x.strip() for x in cfg.split(",") if x.strip()}
+    return names
+
+
+def passes_for(level: int, disabled=frozenset()):
+    from .fusions import FUSION_PASSES
+
+    chosen = [p for p in BASIC_PASSES if p.level <= level]
+    if level >= 2:
+        chosen = chosen[:-1] + [p for p in FUSION_PASSES if p.level <= level] + chosen[-1:]
+    return [p for p in chosen if p.name not in disabled]
+
+
+def optimize(model: Model, options, kwargs=None) -> Model:
+    """Return the optimized model for ``options.graph_optimization_level`` (the input model is not modified)."""
+    level = int(options.graph_optimization_level) if options is not None else 99
+    chosen = passes_for(level, _disabled(options, kwargs)) if level > 0 else []
+    if chosen:
+        model = copy.copy(model)
+        model.graph = _copy_graph(model.graph)
+        ctx = OptContext(model, options)
+        ctx.protected = {o.name for o in model.graph.outputs}
+        for _ in range(MAX_ROUNDS):
+            changed = 0
+            for p in chosen:
+                n = p.apply(model.graph, ctx)
+                if n:
+                    ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
+                    log.info("%s applied %d time(s)", p.name, n)
+                changed += n
+            if not changed:
+                break
+        model.applied_passes = dict(ctx.applied)
+    path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
+    if path:
+        from ..ir.save import save_model
+
+        min_size = options._config.get("session.optimized_model_external_initializers_min_size_in_bytes")
+        ext_name = options._config.get("session.optimized_model_external_initializers_file_name")
+        save_model(model, path, int(min_size) if min_size else (1024 if ext_name else None), ext_name)
     return model
+
+
+def _copy_graph(g: Graph) -> Graph:
+    """A copy whose node list, nodes and initializer dict can be edited (arrays are shared, never mutated)."""
+    nodes = []
+    for n in g.nodes:
+        attrs = {k: (_copy_graph(v) if isinstance(v, Graph) else v) for k, v in n.attrs.items()}
+        nodes.append(type(n)(n.op_type, n.domain, list(n.inputs), list(n.outputs), attrs, n.name, n.doc_string))
+    return Graph(g.name, nodes, [copy.copy(v) for v in g.inputs], [copy.copy(v) for v in g.outputs],
+                 dict(g.initializers), dict(g.value_info), g.doc_string, g.sparse_initializer_names)

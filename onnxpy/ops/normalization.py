@@ -1,0 +1,375 @@
+"""Normalization: BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization, RMSNormalization,
+LpNormalization, MeanVarianceNormalization, LRN.
+
+Statistics are computed in float32 for float32/float16/bfloat16 inputs and in float64 for float64 inputs.  The
+row kernels work on a 2-D (rows, reduced elements) view so numpy's pairwise summation runs along a contiguous axis,
+and reuse their temporaries to keep allocations down (LayerNorm runs in every transformer block).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..dtypes import to_numpy
+from .registry import kernel
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _arr(x, op, name):
+    if not isinstance(x, np.ndarray):
+        if x is None:
+            raise ValueError(f"{op}: required input '{name}' is missing")
+        x = np.asarray(x)
+    return x
+
+
+def _float_input(x, op, name="X"):
+    x = _arr(x, op, name)
+    if x.dtype.kind != "f" and x.dtype not in _LOW_FLOATS:
+        raise TypeError(f"{op}: input '{name}' must be a float tensor, got {x.dtype}")
+    return x
+
+
+def _cdtype(dt: np.dtype) -> np.dtype:
+    """Compute dtype: float64 stays float64, everything else (float32, float16, bfloat16) uses float32."""
+    return _F64 if dt == _F64 else _F32
+
+
+def _cast(x, dt):
+    return x if x.dtype == dt else x.astype(dt)
+
+
+def _norm_axis(axis, ndim, op):
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis + ndim if axis < 0 else axis
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _normalize_rows(x2: np.ndarray, eps: float):
+    """(x2 - mean) / sqrt(var + eps) over axis 1 of a 2-D float array; returns (normalized, mean, inv_std).
+
+    The result is a fresh array that callers may modify in place.
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = x2.mean(axis=1, keepdims=True)
+        d = x2 - mean
+        buf = np.multiply(d, d)
+        var = buf.mean(axis=1, keepdims=True)
+        var += x2.dtype.type(eps)
+        inv = np.sqrt(var, out=var)
+        np.divide(1, inv, out=inv)
+        np.multiply(d, inv, out=d)
+    return d, mean, inv
+
+
+def _trailing_param(p, trailing, cd):
+    """Flatten a Scale/B that broadcasts over the trailing (normalized) dims to shape (1, inner); None if it also
+    spans leading dims (the caller then broadcasts against the full shape)."""
+    if p.ndim > len(trailing):
+        return None
+    try:
+        if np.broadcast_shapes(p.shape, trailing) != trailing:
+            return None
+    except ValueError:
+        return None
+    p = _cast(p, cd)
+    if p.shape != trailing:
+        p = np.broadcast_to(p, trailing)
+    return p.reshape(1, -1)
+
+
+def _affine_rows(y2, shape, axis, cd, op, scale=None, bias=None):
+    """y2 (rows, inner) * scale + bias where scale/bias broadcast unidirectionally to ``shape``; returns full shape."""
+    trailing = tuple(shape[axis:])
+    y = y2
+    for p, name, is_scale in ((scale, "Scale", True), (bias, "B", False)):
+        if p is None:
+            continue
+        p = _arr(p, op, name)
+        flat = _trailing_param(p, trailing, cd)
+        if flat is not None and y.ndim == 2:
+            if is_scale:
+                y *= flat
+            else:
+                y += flat
+            continue
+        if y.ndim == 2:
+            y = y.reshape(shape)
+        try:
+            if np.broadcast_shapes(p.shape, tuple(shape)) != tuple(shape):
+                raise ValueError
+        except ValueError:
+            msg = f"{op}: {name} of shape {p.shape} cannot be broadcast to input shape {tuple(shape)}"
+            raise ValueError(msg) from None
+        p = _cast(p, cd)
+        if is_scale:
+            y *= p
+        else:
+            y += p
+    return y.reshape(shape)
+
+
+# --- LayerNormalization / RMSNormalization ------------------------------------------------------------------------
+
+
+def _stash_dtype(stash_type, op):
+    dt = to_numpy(int(stash_type))
+    if dt not in (_F32, _F64) and dt not in _LOW_FLOATS:
+        raise TypeError(f"{op}: stash_type {stash_type} is not a float type")
+    return dt
+
+
+@kernel("LayerNormalization", since=17)
+def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, _num_outputs=1):
+    op = "LayerNormalization"
+    x = _float_input(X, op)
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have rank >= 1")
+    ax = _norm_axis(axis, x.ndim, op)
+    shape = x.shape
+    cd = _cdtype(x.dtype)
+    x2 = _cast(x.reshape(_prod(shape[:ax]), _prod(shape[ax:])), cd)
+    y2, mean, inv = _normalize_rows(x2, epsilon)
+    if x.dtype in _LOW_FLOATS:  # the spec rounds the normalized value to X's type before scaling
+        y2 = y2.astype(x.dtype).astype(cd)
+    y = _affine_rows(y2, shape, ax, cd, op, _arr(Scale, op, "Scale"), B)
+    y = _cast(y, x.dtype)
+    if _num_outputs <= 1:
+        return y
+    sd = _stash_dtype(stash_type, op)
+    stat_shape = tuple(shape[:ax]) + (1,) * (x.ndim - ax)
+    return y, _cast(mean.reshape(stat_shape), sd), _cast(inv.reshape(stat_shape), sd)
+
+
+@kernel("RMSNormalization", since=23)
+def rms_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    op = "RMSNormalization"
+    x = _float_input(X, op)
+    s = _float_input(scale, op, "scale")
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have rank >= 1")
+    ax = _norm_axis(axis, x.ndim, op)
+    shape = x.shape
+    cd = _cdtype(x.dtype)
+    x2 = _cast(x.reshape(_prod(shape[:ax]), _prod(shape[ax:])), cd)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ms = np.multiply(x2, x2).mean(axis=1, keepdims=True)
+        ms += cd.type(epsilon)
+        np.sqrt(ms, out=ms)
+        y2 = np.divide(x2, ms)
+    if x.dtype in _LOW_FLOATS:  # the spec rounds the normalized value to X's type before scaling
+        y2 = y2.astype(x.dtype).astype(cd)
+    y = _affine_rows(y2, shape, ax, cd, op, s)
+    return _cast(y, s.dtype)
+
+
+# --- InstanceNormalization / GroupNormalization --------------------------------------------------------------------
+
+
+def _channel_param(p, C, op, name, cd):
+    p = _arr(p, op, name)
+    if p.size != C:
+        raise ValueError(f"{op}: {name} must have {C} elements (one per channel), got shape {p.shape}")
+    return _cast(p.reshape(1, C, 1), cd)
+
+
+@kernel("InstanceNormalization", since=(1, 6, 22))
+def instance_normalization(input, scale, B, *, epsilon=1e-5, consumed_inputs=None):  # noqa: A002 - spec name
+    op = "InstanceNormalization"
+    x = _float_input(input, op, "input")
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have shape (N, C, ...), got {x.shape}")
+    N, C = x.shape[0], x.shape[1]
+    S = _prod(x.shape[2:])
+    cd = _cdtype(x.dtype)
+    y2, _, _ = _normalize_rows(_cast(x.reshape(N * C, S), cd), epsilon)
+    y3 = y2.reshape(N, C, S)
+    y3 *= _channel_param(scale, C, op, "scale", cd)
+    y3 += _channel_param(B, C, op, "B", cd)
+    return _cast(y3.reshape(x.shape), x.dtype)
+
+
+def _group_norm(x, scale, bias, num_groups, epsilon, op, per_group):
+    x = _float_input(x, op)
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have shape (N, C, ...), got {x.shape}")
+    G = int(num_groups)
+    N, C = x.shape[0], x.shape[1]
+    if G <= 0 or C % G:
+        raise ValueError(f"{op}: num_groups={G} must be positive and divide the {C} channels")
+    S = _prod(x.shape[2:])
+    cd = _cdtype(x.dtype)
+    y2, _, _ = _normalize_rows(_cast(x.reshape(N * G, (C // G) * S), cd), epsilon)
+    if x.dtype in _LOW_FLOATS:  # the spec rounds the normalized value to X's type before scaling
+        y2 = y2.astype(x.dtype).astype(cd)
+    y3 = y2.reshape(N, C, S)
+    params = []
+    for p, name in ((scale, "scale"), (bias, "bias")):
+        p = _arr(p, op, name)
+        if per_group and p.size == G:
+            p = np.repeat(p.reshape(-1), C // G)
+        params.append(_channel_param(p, C, op, name, cd))
+    y3 *= params[0]
+    y3 += params[1]
+    return _cast(y3.reshape(x.shape), x.dtype)
+
+
+@kernel("GroupNormalization", since=18)
+def group_normalization_18(X, scale, bias, *, num_groups, epsilon=1e-5):
+    # opset 18: scale and bias hold one value per group (per-channel ones are accepted too, as exporters emit them)
+    return _group_norm(X, scale, bias, num_groups, epsilon, "GroupNormalization", per_group=True)
+
+
+@kernel("GroupNormalization", since=21)
+def group_normalization_21(X, scale, bias, *, num_groups, epsilon=1e-5, stash_type=1):
+    return _group_norm(X, scale, bias, num_groups, epsilon, "GroupNormalization", per_group=False)
+
+
+# --- BatchNormalization --------------------------------------------------------------------------------------------
+
+
+def _param_shape(x, spatial):
+    if spatial:
+        return (-1,) + (1,) * (x.ndim - 2)
+    return tuple(x.shape[1:])
+
+
+def _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, op="BatchNormalization"):
+    x = _float_input(X, op)
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have shape (N, C, ...), got {x.shape}")
+    cd = _cdtype(x.dtype)
+    C = x.shape[1]
+    psize = C if spatial else _prod(x.shape[1:])
+    ps = [_arr(p, op, n) for p, n in ((scale, "scale"), (B, "B"), (mean, "mean"), (var, "var"))]
+    for p, n in zip(ps, ("scale", "B", "mean", "var")):
+        if p.size != psize:
+            raise ValueError(f"{op}: {n} must have {psize} elements for input shape {x.shape}, got shape {p.shape}")
+    pshape = _param_shape(x, spatial)
+    s, b, m, v = (_cast(p, cd).reshape(pshape) for p in ps)
+    xc = _cast(x, cd)
+    eps = cd.type(epsilon)
+    if not training:
+        k = s / np.sqrt(v + eps)
+        y = xc * k
+        y += b - m * k
+        return _cast(y, x.dtype), None
+    axes = (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
+    cur_mean = xc.mean(axis=axes, keepdims=True)
+    cur_var = xc.var(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(cur_var + eps)
+    k = s * inv
+    y = xc * k
+    y += b - cur_mean * k
+    mom = cd.type(momentum)
+    run_mean = m * mom + cur_mean.reshape(pshape) * (1 - mom)
+    run_var = v * mom + cur_var.reshape(pshape) * (1 - mom)
+    stats_dt = ps[2].dtype
+    out_shape = ps[2].shape
+    stats = tuple(_cast(a, stats_dt).reshape(out_shape) for a in (run_mean, run_var, cur_mean, inv))
+    return _cast(y, x.dtype), stats
+
+
+@kernel("BatchNormalization", since=(1, 6))
+def batch_normalization_1(X, scale, B, mean, var, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1,
+                          consumed_inputs=None, _num_outputs=1):
+    # training statistics only when they are asked for: with Y alone the node runs in test mode
+    training = not is_test and _num_outputs > 1
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial)
+    return y if stats is None else (y,) + stats
+
+
+@kernel("BatchNormalization", since=7)
+def batch_normalization_7(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, _num_outputs=1):
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, spatial)
+    return y if stats is None else (y,) + stats
+
+
+@kernel("BatchNormalization", since=9)
+def batch_normalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, _num_outputs=1):
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, True)
+    return y if stats is None else (y,) + stats
+
+
+@kernel("BatchNormalization", since=(14, 15))
+def batch_normalization_14(X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0):
+    y, stats = _batch_norm(X, scale, B, input_mean, input_var, epsilon, momentum, bool(training_mode), True)
+    return y if stats is None else (y, stats[0], stats[1])
+
+
+# --- LpNormalization / MeanVarianceNormalization / LRN -------------------------------------------------------------
+
+
+@kernel("LpNormalization", since=(1, 22))
+def lp_normalization(input, *, axis=-1, p=2):  # noqa: A002 - spec name
+    op = "LpNormalization"
+    x = _float_input(input, op, "input")
+    if x.ndim == 0:
+        raise ValueError(f"{op}: input must have rank >= 1")
+    ax = _norm_axis(axis, x.ndim, op)
+    cd = _cdtype(x.dtype)
+    xc = _cast(x, cd)
+    if p == 1:
+        norm = np.add.reduce(np.abs(xc), axis=ax, keepdims=True)
+    elif p == 2:
+        norm = np.sqrt(np.add.reduce(xc * xc, axis=ax, keepdims=True))
+    else:
+        raise ValueError(f"{op}: p must be 1 or 2, got {p}")
+    norm[norm == 0] = 1  # an all-zero slice has a zero norm: its output is 0
+    return _cast(xc / norm, x.dtype)
+
+
+@kernel("MeanVarianceNormalization", since=(9, 13))
+def mean_variance_normalization(X, *, axes=(0, 2, 3)):
+    op = "MeanVarianceNormalization"
+    x = _float_input(X, op)
+    axes = tuple(sorted({_norm_axis(a, x.ndim, op) for a in axes}))
+    cd = _cdtype(x.dtype)
+    xc = _cast(x, cd)
+    mean = xc.mean(axis=axes, keepdims=True)
+    d = xc - mean
+    std = np.sqrt(np.mean(d * d, axis=axes, keepdims=True))
+    std += cd.type(1e-9)
+    d /= std
+    return _cast(d, x.dtype)
+
+
+@kernel("LRN", since=(1, 13))
+def lrn(X, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+    op = "LRN"
+    x = _float_input(X, op)
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have shape (N, C, ...), got {x.shape}")
+    size = int(size)
+    if size <= 0:
+        raise ValueError(f"{op}: size must be positive, got {size}")
+    cd = _cdtype(x.dtype)
+    xc = _cast(x, cd)
+    sq = xc * xc
+    C = x.shape[1]
+    lo = (size - 1) // 2
+    hi = size - 1 - lo
+    acc = sq.copy()
+    for off in range(-lo, hi + 1):
+        if off == 0 or abs(off) >= C:
+            continue
+        if off > 0:  # channel c gathers c + off
+            acc[:, : C - off] += sq[:, off:]
+        else:
+            acc[:, -off:] += sq[:, : C + off]
+    acc *= cd.type(alpha / size)
+    acc += cd.type(bias)
+    np.power(acc, cd.type(beta), out=acc)
+    return _cast(xc / acc, x.dtype)

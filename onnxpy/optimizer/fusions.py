@@ -1,0 +1,5 @@
+"""Fusions applied at ORT_ENABLE_EXTENDED and above."""
+
+from __future__ import annotations
+
+FUSION_PASSES: list = []

@@ -1,0 +1,130 @@
+"""Optimizer passes: each rewrite on a small graph, results unchanged, saved models valid in onnxruntime."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy as ort
+
+LEVELS = [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+          ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _optimized(model, level, tmp_path, **kw):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    path = tmp_path / f"opt_{int(level)}.onnx"
+    so.optimized_model_filepath = str(path)
+    sess = ort.InferenceSession(model.SerializeToString(), so, **kw)
+    return sess, onnx.load(str(path))
+
+
+def _conv_bn_model():
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(f(4, 3, 3, 3), "W"), numpy_helper.from_array(f(4), "B"),
+             numpy_helper.from_array(f(4), "s"), numpy_helper.from_array(f(4), "b"),
+             numpy_helper.from_array(f(4), "m"), numpy_helper.from_array(np.abs(f(4)) + 0.5, "v"),
+             numpy_helper.from_array(np.array([2.0], np.float32), "c1"),
+             numpy_helper.from_array(np.array([3.0], np.float32), "c2")]
+    nodes = [
+        helper.make_node("Identity", ["X"], ["Xi"]),
+        helper.make_node("Conv", ["Xi", "W", "B"], ["C"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["C", "s", "b", "m", "v"], ["N"]),
+        helper.make_node("Dropout", ["N"], ["D"]),
+        helper.make_node("Add", ["c1", "c2"], ["c3"]),
+        helper.make_node("Mul", ["D", "c3"], ["Y"]),
+        helper.make_node("Neg", ["c1"], ["unused"]),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 8, 8])],
+                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_levels_keep_results_and_save_valid_models(level, tmp_path):
+    ortref = pytest.importorskip("onnxruntime")
+    model = _conv_bn_model()
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ref = ortref.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    sess, saved = _optimized(model, level, tmp_path)
+    np.testing.assert_allclose(sess.run(None, {"X": x})[0], ref[0], rtol=1e-4, atol=1e-5)
+    onnx.checker.check_model(saved)
+    ops = [n.op_type for n in saved.graph.node]
+    if level == 0:
+        assert ops == [n.op_type for n in model.graph.node]
+    else:
+        assert ops == ["Conv", "Mul"], ops
+        # the saved model also runs in onnxruntime with the same results
+        theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(theirs.run(None, {"X": x})[0], ref[0], rtol=1e-4, atol=1e-5)
+
+
+def test_disabled_optimizers(tmp_path):
+    model = _conv_bn_model()
+    _, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path,
+                          disabled_optimizers=["ConvBNFusion"])
+    assert "BatchNormalization" in [n.op_type for n in saved.graph.node]
+    so = ort.SessionOptions()
+    so.add_session_config_entry("optimization.disable_specified_optimizers", "ConstantFolding,EliminateIdentity")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(tmp_path / "o.onnx")
+    ort.InferenceSession(model.SerializeToString(), so)
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "o.onnx")).graph.node]
+    assert "Identity" in ops and "Add" in ops
+
+
+def test_dropout_with_used_mask_is_kept(tmp_path):
+    model = _model([helper.make_node("Dropout", ["X"], ["Y", "M"])],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2]),
+                    helper.make_tensor_value_info("M", TensorProto.BOOL, [2])])
+    sess, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path)
+    assert [n.op_type for n in saved.graph.node] == ["Dropout"]
+    y, m = sess.run(None, {"X": np.array([1, 2], np.float32)})
+    assert m.dtype == bool and m.all()
+
+
+def test_identity_feeding_graph_output_and_subgraph(tmp_path):
+    then = helper.make_graph([helper.make_node("Identity", ["T"], ["o"])], "then", [],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, [2])])
+    els = helper.make_graph([helper.make_node("Neg", ["T"], ["o2"])], "else", [],
+                            [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Identity", ["X"], ["T"]),
+             helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=els),
+             helper.make_node("Identity", ["Y"], ["Z"])]
+    model = _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2]),
+                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                   [helper.make_tensor_value_info("Z", TensorProto.FLOAT, [2])])
+    sess, _ = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path)
+    x = np.array([1, -2], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"X": x, "c": np.array(True)})[0], x)
+    np.testing.assert_array_equal(sess.run(None, {"X": x, "c": np.array(False)})[0], -x)
+
+
+def test_constant_folding_respects_overridable_initializers(tmp_path):
+    W = numpy_helper.from_array(np.ones(2, np.float32), "W")
+    model = _model([helper.make_node("Neg", ["W"], ["nW"]), helper.make_node("Add", ["X", "nW"], ["Y"])],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2]),
+                    helper.make_tensor_value_info("W", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])], [W])
+    sess, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, tmp_path)
+    assert "Neg" in [n.op_type for n in saved.graph.node]
+    x = np.zeros(2, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"X": x, "W": np.full(2, 5, np.float32)})[0], [-5, -5])
+
+
+def test_random_ops_not_folded(tmp_path):
+    model = _model([helper.make_node("RandomUniform", [], ["R"], shape=[3]),
+                    helper.make_node("Add", ["X", "R"], ["Y"])],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3])])
+    _, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, tmp_path)
+    assert "RandomUniform" in [n.op_type for n in saved.graph.node]
