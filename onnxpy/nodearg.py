@@ -17,7 +17,7 @@ class NodeArg:
         return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
 
     @classmethod
-    def from_value_info(cls, vi, dim_overrides=None) -> "NodeArg":
+    def from_value_info(cls, vi, dim_overrides=None) -> NodeArg:
         t = vi.type
         if t is None:
             return cls(vi.name, "unknown", [])

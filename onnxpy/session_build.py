@@ -120,7 +120,7 @@ class SessionState:
         want = t.np_dtype if t is not None else None
         if not isinstance(value, np.ndarray):
             if isinstance(value, (list, tuple)):
-                value = np.asarray(value, dtype=want if want is not None and want != object else None)
+                value = np.asarray(value, dtype=want if want is not None and want.kind != "O" else None)
                 if want == np.dtype(object):
                     value = value.astype(str).astype(object)
             elif isinstance(value, (np.generic,)):
@@ -134,9 +134,9 @@ class SessionState:
                 value = value.astype(object) if value.dtype.kind != "S" else np.vectorize(
                     lambda b: b.decode("utf-8"), otypes=[object])(value)
             else:
-                got = _type_str(value.dtype)
+                got, exp = _type_str(value.dtype), dtypes.type_name(t.elem_type)
                 raise InvalidArgument.make(
-                    f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({dtypes.type_name(t.elem_type)}))"
+                    f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({exp}))"
                 )
         if shape and value.ndim != len(shape):
             raise InvalidArgument.make(

@@ -12,7 +12,7 @@ class _OrtError(Exception):
     status = "FAIL"
 
     @classmethod
-    def make(cls, text: str) -> "_OrtError":
+    def make(cls, text: str) -> _OrtError:
         return cls(f"[ONNXRuntimeError] : {cls.code} : {cls.status} : {text}")
 
 

@@ -164,7 +164,7 @@ def _decode_str(b: bytes) -> str:
         return b.decode("latin-1")
 
 
-def decode_attribute(a: AttributeProto, ctx: "_Loader"):
+def decode_attribute(a: AttributeProto, ctx: _Loader):
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)

@@ -18,7 +18,8 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import onnx
