@@ -44,6 +44,8 @@ class SessionState:
         self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
                                function_expander=make_function_expander(_subgraph_runner))
 
+        if self.profiler is not None:
+            self.profiler.session_event("session_initialization", self.profiler._t0, self.profiler.now())
         init_names = set(g.initializers)
         dim_override = self._dim_override if (options._free_dims_by_name or options._free_dims_by_denotation) else None
         self.input_infos = [v for v in g.inputs if v.name not in init_names]
@@ -60,6 +62,7 @@ class SessionState:
             if v.name in init_names:
                 self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, None)
         self.output_index = {n: i for i, n in enumerate(self.plan.output_names)}
+        self._fetch_plans: dict = {}
         self.meta = ModelMetadata(
             producer_name=model.producer_name,
             graph_name=g.name,
@@ -168,16 +171,49 @@ class SessionState:
                 raise InvalidArgument.make(f"Invalid output name:{e.args[0]}") from None
         else:
             idx = None
+        plan = self.plan
+        if idx is not None and run_options is not None and run_options.only_execute_path_to_fetches:
+            plan = self._fetch_plan(tuple(output_names))
+            idx = list(range(len(output_names)))
+            feeds = [(plan.input_slots[n], v) for n, (_, v) in zip(input_feed, feeds) if n in plan.input_slots]
         ctx = None
         if run_options is not None or self.profiler is not None:
             ctx = RunContext(run_options, self.profiler)
         if self.profiler is not None:
-            outs = self.profiler.run_model(lambda: run_plan(self.plan, (), (), ctx, feeds))
+            outs = self.profiler.run_model(lambda: run_plan(plan, (), (), ctx, feeds))
         else:
-            outs = run_plan(self.plan, (), (), ctx, feeds)
+            outs = run_plan(plan, (), (), ctx, feeds)
         if idx is not None:
             outs = [outs[i] for i in idx]
         return outs
+
+
+    def _fetch_plan(self, names: tuple):
+        """A plan with only the nodes the fetched outputs depend on (cached per fetch list, bounded)."""
+        plan = self._fetch_plans.get(names)
+        if plan is not None:
+            return plan
+        from .execution.plan import graph_free_names
+        from .ir.model import Graph
+
+        g = self.model.graph
+        need = set(names)
+        nodes = []
+        for n in reversed(g.nodes):
+            if any(o in need for o in n.outputs if o):
+                nodes.append(n)
+                need.update(x for x in n.inputs if x)
+                for v in n.attrs.values():
+                    if isinstance(v, Graph):
+                        need.update(graph_free_names(v))
+        nodes.reverse()
+        outs = [next(v for v in g.outputs if v.name == n) for n in names]
+        sub = Graph(g.name, nodes, [v for v in g.inputs if v.name in need], outs, g.initializers, g.value_info)
+        plan = build_plan(sub, self.model.opsets, _subgraph_runner, custom_ops=dict(self.options._custom_ops),
+                          function_expander=make_function_expander(_subgraph_runner))
+        if len(self._fetch_plans) < 32:
+            self._fetch_plans[names] = plan
+        return plan
 
 
 def _type_str(dt) -> str:

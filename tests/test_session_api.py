@@ -311,3 +311,39 @@ def test_ops_modules_all_import():
 
     load_all()
     assert load_errors == {}
+
+
+def test_only_execute_path_to_fetches():
+    nodes = [helper.make_node("Neg", ["X"], ["A"]), helper.make_node("Abs", ["Y"], ["B"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2]),
+                                       helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2]),
+                           helper.make_tensor_value_info("B", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    s = ort.InferenceSession(m.SerializeToString())
+    ro = ort.RunOptions()
+    ro.only_execute_path_to_fetches = True
+    x = np.array([1, -2], np.float32)
+    # Y is required by the model but not on the path to A: its wrong dtype is never touched by a kernel
+    out = s.run(["A"], {"X": x, "Y": x}, ro)
+    np.testing.assert_array_equal(out[0], -x)
+
+
+def test_profiling_writes_onnxruntime_trace(tmp_path, add_model_bytes, ones23):
+    import json
+
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof_")
+    s = ort.InferenceSession(add_model_bytes, so)
+    assert s.get_profiling_start_time_ns() > 0
+    s.run(None, {"X": ones23, "Y": ones23})
+    path = s.end_profiling()
+    assert path.startswith(str(tmp_path / "prof_")) and path.endswith(".json")
+    assert s.end_profiling() == ""
+    events = json.load(open(path))
+    names = [e["name"] for e in events]
+    assert "model_loading_array" in names and "session_initialization" in names and "model_run" in names and "add_kernel_time" in names
+    node = next(e for e in events if e["name"] == "add_kernel_time")
+    assert node["args"]["op_name"] == "Add" and node["args"]["input_type_shape"] == [{"float": [2, 3]}] * 2
+    assert all(e["ph"] == "X" and {"ts", "dur", "pid", "tid", "cat"} <= set(e) for e in events)

@@ -74,10 +74,15 @@ def gather(data, indices, *, axis=0):
     if data.ndim == 0:
         raise ValueError("Gather: data must have rank >= 1")
     ax = norm_axis(axis, data.ndim)
-    idx = norm_indices(np.asarray(indices), data.shape[ax])
-    if ax == 0 and idx.ndim == 0:
-        return data[int(idx)]  # a view for the common "take one row" case
-    return np.take(data, idx, axis=ax)
+    dim = data.shape[ax]
+    if indices.ndim == 0 and indices.dtype.kind in "iu":  # the common "take one entry" case (shape arithmetic)
+        i = int(indices)
+        if not -dim <= i < dim:
+            raise IndexError(f"indices value {i} is out of range (valid range [{-dim}, {dim - 1}])")
+        if ax == 0:
+            return data[i]  # a view
+        return np.take(data, i, axis=ax)
+    return np.take(data, norm_indices(indices, dim), axis=ax)
 
 
 def _elements_index(indices: np.ndarray, dim: int, ax: int):

@@ -143,10 +143,10 @@ def _split(x, axis, sizes, n_out):
 
 
 @kernel("Split", since=1)
-def split_1(x, split=None, *, axis=0, _num_outputs=1, **_ignored):
-    sizes = _ignored.get("split")
-    if split is not None:
-        sizes = to_ints(split, "split")
+def split_1(x, split_input=None, *, axis=0, split=None, _num_outputs=1):
+    sizes = list(split) if split else None
+    if split_input is not None:
+        sizes = to_ints(split_input, "split")
     return _split(x, axis, sizes, _num_outputs)
 
 

@@ -82,6 +82,7 @@ def _build(arch: str, weights_dir: str | None):
         state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
         missing, unexpected = inner.load_state_dict(state, strict=False)
         missing = [k for k in missing if not k.endswith("position_ids")]
+        unexpected = [k for k in unexpected if not k.endswith("position_ids")]  # a buffer in older transformers
         if missing or unexpected:
             raise ValueError(f"minilm weights do not match the config: missing {missing}, unexpected {unexpected}")
 

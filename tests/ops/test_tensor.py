@@ -669,3 +669,9 @@ def test_layout_ops_dtypes(dtype):
             assert_same(run_ours(op, ins, n, opset=22, **kw), exp)
         else:
             check(op, ins, n, opset=22, **kw)
+
+
+def test_split_opset1_input():
+    x = f32(6, 4)
+    got = run_ours("Split", [x, np.array([2.0, 4.0], np.float32)], 2, opset=1)
+    assert [g.shape for g in got] == [(2, 4), (4, 4)]
