@@ -9,6 +9,7 @@ from .capi.onnxruntime_pybind11_state import InvalidArgument
 from .execution.executor import RunContext, run_plan
 from .execution.functions import make_function_expander
 from .execution.plan import build_plan
+from .execution.threads import set_blas_threads
 from .ir.load import load_model, read_model_proto, model_from_proto
 from .nodearg import INT64_MAX, ModelMetadata, NodeArg
 from .ortvalue import OrtValue
@@ -62,6 +63,12 @@ class SessionState:
             if v.name in init_names:
                 self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, None)
         self.output_index = {n: i for i, n in enumerate(self.plan.output_names)}
+        self.blas_threads = int(options.intra_op_num_threads or 0)
+        self.parallel = None
+        if int(options.execution_mode) == 1 and options.inter_op_num_threads != 1:
+            from .execution.parallel import ParallelSchedule, get_pool
+
+            self.parallel = (ParallelSchedule(self.plan), get_pool(int(options.inter_op_num_threads or 0)))
         self._fetch_plans: dict = {}
         self.meta = ModelMetadata(
             producer_name=model.producer_name,
@@ -179,7 +186,11 @@ class SessionState:
         ctx = None
         if run_options is not None or self.profiler is not None:
             ctx = RunContext(run_options, self.profiler)
-        if self.profiler is not None:
+        if self.blas_threads:
+            set_blas_threads(self.blas_threads)
+        if self.parallel is not None and plan is self.plan and self.profiler is None:
+            outs = self._run_parallel(feeds, run_options)
+        elif self.profiler is not None:
             outs = self.profiler.run_model(lambda: run_plan(plan, (), (), ctx, feeds))
         else:
             outs = run_plan(plan, (), (), ctx, feeds)
@@ -187,6 +198,16 @@ class SessionState:
             outs = [outs[i] for i in idx]
         return outs
 
+
+    def _run_parallel(self, feeds, run_options):
+        from .execution.parallel import run_parallel
+
+        vals = list(self.plan.template)
+        for slot, v in feeds:
+            vals[slot] = v
+        schedule, pool = self.parallel
+        run_parallel(self.plan, schedule, vals, pool, run_options)
+        return [vals[s] for s in self.plan.output_slots]
 
     def _fetch_plan(self, names: tuple):
         """A plan with only the nodes the fetched outputs depend on (cached per fetch list, bounded)."""

@@ -347,3 +347,40 @@ def test_profiling_writes_onnxruntime_trace(tmp_path, add_model_bytes, ones23):
     node = next(e for e in events if e["name"] == "add_kernel_time")
     assert node["args"]["op_name"] == "Add" and node["args"]["input_type_shape"] == [{"float": [2, 3]}] * 2
     assert all(e["ph"] == "X" and {"ts", "dur", "pid", "tid", "cat"} <= set(e) for e in events)
+
+
+def test_parallel_execution_mode_matches_sequential():
+    rng = np.random.default_rng(0)
+    nodes, outs = [], []
+    for b in range(6):  # six independent branches joined by Sum
+        nodes += [helper.make_node("MatMul", ["X", f"W{b}"], [f"m{b}"]), helper.make_node("Relu", [f"m{b}"], [f"r{b}"])]
+        outs.append(f"r{b}")
+    nodes.append(helper.make_node("Sum", outs, ["Y"]))
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), f"W{b}") for b in range(6)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, "K"])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 16])], inits)
+    mb = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    ref = ort.InferenceSession(mb).run(None, {"X": x})[0]
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.inter_op_num_threads = 3
+    so.intra_op_num_threads = 1
+    s = ort.InferenceSession(mb, so)
+    for _ in range(20):
+        np.testing.assert_allclose(s.run(None, {"X": x})[0], ref, rtol=1e-6)
+    with pytest.raises(Fail, match="MatMul"):
+        s.run(None, {"X": np.ones((4, 5), np.float32)})
+
+
+def test_blas_threads_follow_intra_op_num_threads(add_model_bytes, ones23):
+    from onnxpy.execution import threads
+
+    if not threads.blas_available():
+        pytest.skip("no controllable BLAS library loaded")
+    before = threads.get_blas_threads()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ort.InferenceSession(add_model_bytes, so).run(None, {"X": ones23, "Y": ones23})
+    assert threads.get_blas_threads() == 1
+    threads.set_blas_threads(before)

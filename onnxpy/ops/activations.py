@@ -11,13 +11,15 @@ import math
 import numpy as np
 from scipy import special as _special
 
+from . import _ew_math as _fast
 from .registry import kernel
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _NATIVE = frozenset((_F32, _F64))
-_expit = _special.expit
 _erf = _special.erf
+_sigmoid = _fast.sigmoid
+_blockwise = _fast.blockwise
 
 
 def _up(x):
@@ -47,13 +49,21 @@ def tanh_1(x):
 @kernel("Sigmoid", (1, 6, 13))
 def sigmoid(x):
     if x.dtype in _NATIVE:
-        return _expit(x)
-    return _expit(x.astype(np.float32)).astype(x.dtype)
+        return _sigmoid(x)
+    return _sigmoid(x.astype(np.float32)).astype(x.dtype)
 
 
 @kernel("LeakyRelu", (1, 6, 16))
 def leaky_relu(x, *, alpha=0.01):
-    return np.where(x >= 0, x, x * alpha).astype(x.dtype, copy=False)
+    # branch-free forms (np.where is slow on unpredictable masks)
+    if 0.0 <= alpha <= 1.0:
+        return np.maximum(x, x * alpha)
+    if alpha > 1.0:
+        return np.minimum(x, x * alpha)
+    y = np.minimum(x, 0)
+    y *= alpha
+    y += np.maximum(x, 0)
+    return y
 
 
 def _channel_slope(x, slope):
@@ -65,7 +75,10 @@ def _channel_slope(x, slope):
 
 @kernel("PRelu", (7, 9, 16))
 def prelu(x, slope):
-    return np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False)
+    y = np.minimum(x, 0)
+    y = np.multiply(y, slope, out=y) if np.broadcast_shapes(y.shape, slope.shape) == y.shape else y * slope
+    y += np.maximum(x, 0)
+    return y.astype(x.dtype, copy=False)
 
 
 @kernel("PRelu", (1, 6))
@@ -73,22 +86,37 @@ def prelu_6(x, slope):
     return prelu(x, _channel_slope(x, slope))
 
 
+def _elu_core(xf, alpha, scale=1.0):
+    """alpha * expm1(min(x, 0)) + max(x, 0), branch-free."""
+    y = np.minimum(xf, 0)
+    np.expm1(y, out=y)
+    y *= alpha
+    y += np.maximum(xf, 0)
+    if scale != 1.0:
+        y *= scale
+    return y
+
+
 @kernel("Elu", (1, 6, 22))
 def elu(x, *, alpha=1.0):
-    xf = _up(x)
-    return np.where(xf > 0, xf, alpha * np.expm1(xf)).astype(x.dtype, copy=False)
+    return _elu_core(_up(x), alpha).astype(x.dtype, copy=False)
 
 
 @kernel("Selu", (1, 6, 22))
 def selu(x, *, alpha=1.6732632423543772, gamma=1.0507010221481445):
-    xf = _up(x)
-    return (gamma * np.where(xf > 0, xf, alpha * np.expm1(xf))).astype(x.dtype, copy=False)
+    return _elu_core(_up(x), alpha, gamma).astype(x.dtype, copy=False)
 
 
 @kernel("Celu", (12, 28))
 def celu(x, *, alpha=1.0):
+    # max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
     xf = _up(x)
-    return np.where(xf > 0, xf, alpha * np.expm1(xf / alpha)).astype(x.dtype, copy=False)
+    y = np.minimum(xf, 0)
+    y /= alpha
+    np.expm1(y, out=y)
+    y *= alpha
+    y += np.maximum(xf, 0)
+    return y.astype(x.dtype, copy=False)
 
 
 @kernel("HardSigmoid", (1, 6, 22))
@@ -142,50 +170,72 @@ _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+def _gelu_erf_block(x):
+    e = x * _SQRT_HALF
+    e = _fast._erf32_block(e) if x.dtype == _F32 else _erf(e)
+    e += 1.0
+    e *= x
+    e *= 0.5
+    return e
+
+
+def _gelu_tanh_block(x):
+    t = x * x
+    t *= 0.044715
+    t += 1.0
+    t *= x
+    t *= _SQRT_2_OVER_PI
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= x
+    t *= 0.5
+    return t
+
+
 @kernel("Gelu", 20)
 def gelu(x, *, approximate="none"):
-    xf = _up(x)
-    if approximate == "tanh":
-        inner = xf * xf
-        inner *= 0.044715
-        inner += 1.0
-        inner *= xf
-        inner *= _SQRT_2_OVER_PI
-        t = np.tanh(inner, out=inner)
-    elif approximate == "none":
-        t = _erf(xf * _SQRT_HALF)
+    if approximate == "none":
+        fn = _gelu_erf_block
+    elif approximate == "tanh":
+        fn = _gelu_tanh_block
     else:
         raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    t += 1.0
-    t *= xf
-    t *= 0.5
-    return t.astype(x.dtype, copy=False)
+    return _blockwise(fn, _up(x)).astype(x.dtype, copy=False)
+
+
+def _mish_block(x):
+    # tanh(softplus(x)) = n / (n + 2) with n = e^x (e^x + 2); exp argument capped (the ratio is 1 beyond 20)
+    e = np.minimum(x, 20.0)
+    np.exp(e, out=e)
+    n = e + 2.0
+    n *= e
+    e = np.add(n, 2.0, out=e)
+    n /= e
+    n *= x
+    return n
 
 
 @kernel("Mish", (18, 22))
 def mish(x):
-    xf = _up(x)
-    t = np.logaddexp(xf, 0)
-    np.tanh(t, out=t)
-    t *= xf
-    return t.astype(x.dtype, copy=False)
+    return _blockwise(_mish_block, _up(x)).astype(x.dtype, copy=False)
+
+
+def _swish(xf, alpha):
+    s = _sigmoid(xf * alpha if alpha != 1.0 else xf)
+    s *= xf
+    return s
 
 
 @kernel("Swish", 24)
 def swish(x, *, alpha=1.0):
-    xf = _up(x)
-    s = _expit(xf * alpha) if alpha != 1.0 else _expit(xf)
-    s *= xf
-    return s.astype(x.dtype, copy=False)
+    return _swish(_up(x), alpha).astype(x.dtype, copy=False)
 
 
 @kernel("SwiGLU", 28)
 def swiglu(a, b, *, alpha=1.0):
     if a.shape != b.shape:
         raise ValueError(f"SwiGLU inputs A{a.shape} and B{b.shape} must have identical shapes")
-    af = _up(a)
-    s = _expit(af * alpha) if alpha != 1.0 else _expit(af)
-    s *= af
+    s = _swish(_up(a), alpha)
     s *= b
     return s.astype(a.dtype, copy=False)
 

@@ -37,9 +37,13 @@ def _softmax_guarded(x: np.ndarray) -> np.ndarray:
     dt = x.dtype
     m = np.max(x, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, dt.type(0))
-    e = np.exp(x - m)
+    e = np.subtract(x, m)
+    np.exp(e, out=e)
     s = np.sum(e, axis=-1, keepdims=True)
-    return (e / np.where(s == 0, dt.type(1), s)).astype(dt, copy=False)
+    if e.dtype != dt:  # narrow float types may be promoted by the ufuncs
+        return (e / np.where(s == 0, dt.type(1), s)).astype(dt)
+    e /= np.where(s == 0, dt.type(1), s)
+    return e
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -126,7 +126,6 @@ def _norm_axis(axis: int, rank: int, what: str) -> int:
 def _scan_core(states, scan_inputs, body, in_axes, in_dirs, out_axes, out_dirs, seq_len=None):
     """One (unbatched) scan; returns (final states, scan outputs stacked along their output axes)."""
     n = len(states)
-    m = len(scan_inputs)
     lengths = {x.shape[a] for x, a in zip(scan_inputs, in_axes)}
     if len(lengths) > 1:
         raise ValueError(f"Scan inputs have different sequence lengths {sorted(lengths)}")
@@ -161,7 +160,6 @@ def _scan_core(states, scan_inputs, body, in_axes, in_dirs, out_axes, out_dirs, 
         if ax:
             stacked = np.moveaxis(stacked, 0, ax)
         scan_outs.append(stacked)
-    del m
     return states, scan_outs
 
 

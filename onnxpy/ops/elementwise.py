@@ -7,8 +7,7 @@ attributes; the pre-opset-7 versions (``consumed_inputs``, legacy ``broadcast``/
 from __future__ import annotations
 
 import numpy as np
-from scipy import special as _special
-
+from . import _ew_math as _fast
 from .registry import kernel
 
 _ALL_VERSIONS = (1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28)
@@ -63,14 +62,7 @@ _F64 = np.dtype(np.float64)
 _NATIVE_FLOATS = frozenset((_F32, _F64))
 
 
-@kernel("Erf", (9, 13))
-def erf(x):
-    dt = x.dtype
-    if dt in _NATIVE_FLOATS:
-        return _special.erf(x)
-    if dt.kind in "iu":
-        return _special.erf(x.astype(np.float64)).astype(dt)
-    return _special.erf(x.astype(np.float32)).astype(dt)
+kernel("Erf", (9, 13))(_fast.erf)
 
 
 @kernel("IsInf", (10, 20))

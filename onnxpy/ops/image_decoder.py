@@ -1,10 +1,10 @@
 """ImageDecoder (opset 20) without third-party image libraries.
 
 Decodes PNG (all colour types and bit depths, Adam7 interlacing), BMP (1/4/8/16/24/32 bits, BI_RGB/BITFIELDS),
-PNM (P1-P6) and TIFF (8-bit strips: uncompressed, PackBits, LZW, Deflate; horizontal predictor) with numpy
-and zlib.  JPEG, JPEG 2000 and WebP are recognised but not decoded (they need a codec this runtime does not
-ship): the kernel raises a clear error for them.  A stream that is corrupt or in an unknown format gives an
-empty ``(0, 0, C)`` image, as the spec requires.
+PNM (P1-P6), TIFF (8-bit strips: uncompressed, PackBits, LZW, Deflate; horizontal predictor) and sequential
+Huffman JPEG (see ``_jpeg``) with numpy and zlib.  JPEG 2000, WebP and progressive JPEG are recognised but not
+decoded (they need codecs this runtime does not ship): the kernel raises a clear error for them.  A stream that
+is corrupt or in an unknown format gives an empty ``(0, 0, C)`` image, as the spec requires.
 """
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ import zlib
 
 import numpy as np
 
+from ._jpeg import UnsupportedImageFormat, _Corrupt, decode_jpeg
 from .registry import kernel
-
-
-class _Corrupt(Exception):
-    """The stream is not a valid image of the format its signature claims."""
-
-
-class UnsupportedImageFormat(NotImplementedError):
-    pass
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -108,11 +101,9 @@ def _png_samples(data: np.ndarray, w: int, h: int, depth: int, channels: int) ->
     if depth == 8:
         return data.reshape(h, -1)[:, : w * channels].reshape(h, w, channels)
     bits = np.unpackbits(data.reshape(h, -1), axis=1)
-    per = 8 // depth
     bits = bits[:, : w * channels * depth].reshape(h, w * channels, depth)
     weights = (1 << np.arange(depth - 1, -1, -1)).astype(np.uint8)
     vals = (bits * weights).sum(axis=2).astype(np.uint8)
-    del per
     return vals.reshape(h, w, channels)
 
 
@@ -380,7 +371,6 @@ def _decode_tiff(buf: bytes) -> np.ndarray:
     comp = tags.get(259, [1])[0]
     photometric = tags.get(262, [1])[0]
     spp = tags.get(277, [1])[0]
-    rows_per_strip = tags.get(278, [h])[0]
     offsets = tags.get(273)
     counts = tags.get(279)
     planar = tags.get(284, [1])[0]
@@ -408,7 +398,6 @@ def _decode_tiff(buf: bytes) -> np.ndarray:
         else:
             raise UnsupportedImageFormat(f"ImageDecoder: TIFF compression {comp} is not supported")
     raw = np.frombuffer(b"".join(chunks), dtype=np.uint8)
-    del rows_per_strip
     if bits == [1]:
         stride = (w + 7) // 8
         if raw.size < stride * h:
@@ -446,7 +435,7 @@ def _decode(buf: bytes) -> np.ndarray:
     if buf[:4] in (b"II*\x00", b"MM\x00*"):
         return _decode_tiff(buf)
     if buf.startswith(b"\xff\xd8"):
-        raise UnsupportedImageFormat("ImageDecoder: JPEG decoding is not supported by onnxpy (no JPEG codec)")
+        return decode_jpeg(buf)
     if buf.startswith(b"RIFF") and buf[8:12] == b"WEBP":
         raise UnsupportedImageFormat("ImageDecoder: WebP decoding is not supported by onnxpy (no WebP codec)")
     if buf.startswith(b"\x00\x00\x00\x0cjP  ") or buf.startswith(b"\xff\x4f\xff\x51"):

@@ -211,12 +211,11 @@ def scatter_elements_18(data, indices, updates, *, axis=0, reduction="none"):
 
 def _scatter_nd(data, indices, updates, reduction, allowed):
     ufunc = _reduce_ufunc(reduction, "ScatterND", allowed)
-    d2, bidx, flat, out_shape = _nd_index(data, indices, 0, "ScatterND")
+    out = data.copy()  # C-contiguous, so the reshape inside _nd_index is a view of it
+    o2, bidx, flat, out_shape = _nd_index(out, indices, 0, "ScatterND")
     if tuple(updates.shape) != tuple(out_shape):
         raise ValueError(f"ScatterND: updates shape {list(updates.shape)} must be {list(out_shape)}")
-    out = data.copy()
-    o2 = out.reshape(d2.shape)  # a view of out
-    upd = updates.reshape(flat.shape + d2.shape[2:])
+    upd = updates.reshape(flat.shape + o2.shape[2:])
     if ufunc is None:
         o2[bidx, flat] = upd
     else:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ._ml_common import apply_post_transform, as_2d_features, check_post_transform, class_labels, probit
+from ._ml_common import logistic as _logistic
 from .registry import ML_DOMAIN, kernel
 
 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
@@ -371,73 +372,61 @@ def tree_ensemble_regressor_3(X, *, aggregate_function="SUM", base_values=None, 
 # TreeEnsembleClassifier
 # ----------------------------------------------------------------------------------------------------------------
 def _classifier_finish(scores, has, base, labels, binary_case, all_positive, post_transform):
-    """onnxruntime's classifier conventions: label choice and the [N, 2] layout of one-score binary models."""
+    """onnxruntime's classifier conventions: label choice and the [N, 2] layout of binary models.
+
+    ``scores``/``has``: summed votes per class and which classes received a vote (per row).  A class that got
+    no vote scores 0 (base values do not apply to it), except with more than two classes, where base values
+    are added to every class.
+    """
     n, c = scores.shape
-    if c > 2 or c == 1:
+    if c != 2:
         if base.size:
             if base.size > c:
                 raise ValueError(f"tree ensemble: {base.size} base values for {c} classes")
             scores[:, :base.size] += base
             has[:, :base.size] = True
-        masked = np.where(has, scores, -np.inf)
-        best = np.argmax(masked, axis=1)
+        best = np.argmax(np.where(has, scores, -np.inf), axis=1)
         best = np.where(has.any(axis=1), best, 0)
         if c == 1:
-            return labels[best], apply_post_transform(scores, post_transform) if post_transform == "PROBIT" \
-                else scores
-        return labels[best], apply_post_transform(scores, post_transform)
-    # two classes
+            z = probit(scores) if post_transform == "PROBIT" else scores
+        else:
+            z = apply_post_transform(scores, post_transform)
+        return labels[best], z
+    s0, s1 = scores[:, 0].copy(), scores[:, 1].copy()
+    h0, h1 = has[:, 0], has[:, 1]
     if base.size == 2:
-        one = has[:, 1]
-        s1 = np.where(one, base[1] + scores[:, 0], scores[:, 1] + base[1])
-        s0 = np.where(one, -s1, scores[:, 0] + base[0])
-        scores = np.stack([s0, s1], axis=1)
-        has = has.copy()
-        has[:, 1] |= one
+        # a model voting for the second class: its score is base[1] + the first class's votes (onnxruntime)
+        t1 = base[1] + s0
+        s0 = np.where(h1, -t1, s0 + base[0])
+        s1 = np.where(h1, t1, s1 + base[1])
         single = np.zeros(n, dtype=bool)
     elif base.size == 1:
-        scores = scores.copy()
-        scores[:, 0] += base[0]
-        single = ~has[:, 1]
+        s0 = s0 + base[0]
+        single = ~h1
     elif base.size == 0:
-        single = np.zeros(n, dtype=bool)
+        single = ~h1
     else:
         raise ValueError(f"tree ensemble: {base.size} base values for 2 classes")
-    pos_weight = np.where(has[:, 1], scores[:, 1], np.where(has[:, 0], scores[:, 0], 0.0))
-    if binary_case:
-        if all_positive:
-            positive = pos_weight > 0.5
-            mode = np.where(positive, 0, 1)
-        else:
-            positive = pos_weight > 0
-            mode = np.where(positive, 2, 3)
-        label = np.where(positive, labels[1], labels[0]) if labels.dtype != object else \
-            np.where(positive, labels[1], labels[0]).astype(object)
-    else:
-        positive = pos_weight > 0
-        mode = np.full(n, -1)
-        label = np.where(positive, labels[1], labels[0])
-    out = apply_post_transform(scores, post_transform)
+    pos_weight = np.where(h1, s1, np.where(h0, s0, 0.0))
+    threshold = 0.5 if (binary_case and all_positive) else 0.0
+    label = labels[(pos_weight > threshold).astype(np.int64)]
+    z = apply_post_transform(np.stack([np.where(h0, s0, 0.0), np.where(h1, s1, 0.0)], axis=1), post_transform)
     if single.any():
-        s = scores[:, 0]
-        z0, z1 = out[:, 0].copy(), out[:, 1].copy()
-        if post_transform == "PROBIT":
-            z0, z1 = probit(s), np.zeros(n)
+        # one score s for the pair of classes: [1 - s, s] for probabilities, [-s, s] for margins
+        s = s0
+        if not binary_case and base.size == 1:
+            # onnxruntime writes the raw score and leaves the second column unset (here 0)
+            pair = (s, np.zeros(n))
+        elif post_transform == "LOGISTIC":
+            pair = (_logistic(-s), _logistic(s))
+        elif post_transform == "PROBIT":
+            pair = (probit(s), np.zeros(n))
+        elif binary_case and all_positive:
+            pair = (1.0 - s, s)
         else:
-            lg = post_transform == "LOGISTIC"
-            z1 = np.where(mode <= 1, s, np.where(lg, _lg(s), np.where(mode == 2, s, -s)))
-            z0 = np.where(mode <= 1, 1.0 - s, np.where(lg, _lg(-s), np.where(mode == 2, -s, s)))
-            keep = mode < 0
-            z0 = np.where(keep, s, z0)
-            z1 = np.where(keep, 0.0, z1)
-        out = np.where(single[:, None], np.stack([z0, z1], axis=1), out)
-    return label, out
-
-
-def _lg(x):
-    from ._ml_common import logistic
-
-    return logistic(x)
+            pair = (-s, s)
+        z = np.where(single[:, None], np.stack(pair, axis=1), z)
+    return label, z
 
 
 def _classifier(X, base_values, base_values_as_tensor, class_ids, class_nodeids, class_treeids, class_weights,

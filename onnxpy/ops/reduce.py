@@ -300,17 +300,17 @@ def _topk_partition(v, k, largest):
     is_float = v.dtype.kind == "f"
     if is_float and np.isnan(thr).any():
         return None
-    if largest:
-        strict = v > thr
-        if is_float:
-            strict |= np.isnan(v)
-    else:
-        strict = v < thr
-    eq = v == thr
+    # strictly beyond the threshold (for largest, NaN counts as beyond: it compares false with <=)
+    strict = np.logical_not(np.less_equal(v, thr)) if largest else np.less(v, thr)
+    eq = np.equal(v, thr)
     need = k - np.count_nonzero(strict, axis=-1, keepdims=True)
-    sel = strict | (eq & (np.cumsum(eq, axis=-1) <= need))
+    n_eq = np.count_nonzero(eq, axis=-1, keepdims=True)
+    if (n_eq != need).any():  # more ties than slots on some rows: keep the lowest-index ties
+        eq &= np.cumsum(eq, axis=-1) <= need
+    strict |= eq
     rows = int(np.prod(v.shape[:-1], dtype=np.int64))
-    cand = np.nonzero(sel.reshape(rows, n))[1].reshape(v.shape[:-1] + (k,))
+    flat = np.flatnonzero(strict)
+    cand = (flat.reshape(rows, k) - np.arange(rows, dtype=flat.dtype)[:, None] * n).reshape(v.shape[:-1] + (k,))
     vals = np.take_along_axis(v, cand, axis=-1)
     return np.take_along_axis(cand, _stable_order(vals, largest), axis=-1)
 

@@ -111,7 +111,7 @@ def _range(start, limit, delta, stash_type=1):
         raise ValueError("Range: delta must not be 0")
     if not np.isfinite([sf, lf, df]).all():
         raise ValueError(f"Range: start/limit/delta must be finite, got {sf}, {lf}, {df}")
-    n = max(int(np.ceil(float(np.asarray(lim - s)) / df)), 0)
+    n = max(int(np.ceil((lf - sf) / df)), 0)
     check_shape([n], dtype, "Range output")
     if stash_type == 0 and (dtype == np.float16 or is_ml_dtype(dtype)):
         steps = np.full(n, d, dtype=dtype)

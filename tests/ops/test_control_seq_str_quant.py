@@ -535,3 +535,14 @@ def test_image_decoder_bmp_and_pnm_and_corrupt():
     np.testing.assert_array_equal(_decode(ppm), img)
     bad = _decode(b"\x89PNG\r\n\x1a\nthis is not a png")
     assert bad.shape == (0, 0, 3) and bad.dtype == np.uint8
+
+
+def test_image_decoder_jpeg_backend_data_and_truncation():
+    from onnx.backend.test.case.node import _image_decoder_data as d
+
+    case = d.image_decoder_decode_jpeg_rgb
+    buf = bytes(case.data.astype(np.uint8))
+    np.testing.assert_array_equal(_decode(buf), case.output)
+    cut = _decode(buf[: len(buf) // 3])  # truncated entropy data decodes without crashing (libjpeg pads)
+    assert cut.dtype == np.uint8 and cut.ndim == 3
+    assert _decode(b"\xff\xd8\xff\xd9").shape == (0, 0, 3)

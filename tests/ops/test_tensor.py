@@ -675,3 +675,20 @@ def test_split_opset1_input():
     x = f32(6, 4)
     got = run_ours("Split", [x, np.array([2.0, 4.0], np.float32)], 2, opset=1)
     assert [g.shape for g in got] == [(2, 4), (4, 4)]
+
+
+def test_larger_inputs():
+    x = f32(16, 64, 48)
+    check("GatherND", [x, RNG.integers(-16, 16, size=(500, 1)).astype(np.int64)], opset=13)
+    check("GatherND", [x, np.stack([RNG.integers(0, 64, size=(16, 300))], -1).astype(np.int64)], opset=13,
+          batch_dims=1)
+    check("ScatterND", [x, RNG.integers(0, 64, size=(300, 2)).astype(np.int64) % [16, 64], f32(300, 48)],
+          opset=18, reduction="add")
+    check("ScatterElements", [x, RNG.integers(0, 48, size=(16, 64, 100)).astype(np.int64), f32(16, 64, 100)],
+          opset=18, axis=2, reduction="max")
+    check("Unique", [RNG.integers(0, 50, size=(4000,)).astype(np.int32)], 4, opset=11, sorted=0)
+    check("Unique", [RNG.integers(0, 2, size=(300, 4)).astype(np.int64)], 4, opset=11, axis=0)
+    check("Gather", [f32(1000, 64), RNG.integers(-1000, 1000, size=(8, 128)).astype(np.int64)])
+    check("Pad", [x, i64(1, 2, 3, 4, 5, 6)], opset=18, mode="reflect")
+    check("OneHot", [RNG.integers(0, 100, size=(64, 32)).astype(np.int64), np.array(100, np.int64),
+                     np.array([0, 1], np.float32)], opset=11)
