@@ -5,21 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-import numpy as np
-
-from . import dtypes
-from .capi.onnxruntime_pybind11_state import Fail, InvalidArgument
-from .execution.executor import RunContext, run_plan
-from .execution.plan import build_plan
-from .ir.load import load_model
-from .options import RunOptions, SessionOptions
+from .options import SessionOptions
 from .ortvalue import OrtValue
-from .nodearg import ModelMetadata, NodeArg
 from .providers import resolve_providers
-
-
-def _subgraph_runner(plan, inputs, outer):
-    return run_plan(plan, inputs, outer)
 
 
 class InferenceSession:
@@ -125,5 +113,4 @@ class InferenceSession:
         iobinding._run(run_options)
 
 
-__all__ = ["InferenceSession", "RunContext", "Fail", "InvalidArgument", "dtypes", "np", "build_plan",
-           "_subgraph_runner", "NodeArg", "ModelMetadata", "RunOptions", "load_model"]
+__all__ = ["InferenceSession"]

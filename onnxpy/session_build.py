@@ -7,6 +7,7 @@ import numpy as np
 from . import dtypes
 from .capi.onnxruntime_pybind11_state import InvalidArgument
 from .execution.executor import RunContext, run_plan
+from .execution.executor import run_subgraph as _subgraph_runner
 from .execution.functions import make_function_expander
 from .execution.plan import build_plan
 from .execution.threads import set_blas_threads
@@ -15,8 +16,6 @@ from .nodearg import INT64_MAX, ModelMetadata, NodeArg
 from .ortvalue import OrtValue
 
 
-def _subgraph_runner(plan, inputs, outer):
-    return run_plan(plan, inputs, outer)
 
 
 class SessionState:

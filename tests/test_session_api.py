@@ -385,3 +385,24 @@ def test_blas_threads_follow_intra_op_num_threads(add_model_bytes, ones23):
     ort.InferenceSession(add_model_bytes, so).run(None, {"X": ones23, "Y": ones23})
     assert threads.get_blas_threads() == 1
     threads.set_blas_threads(before)
+
+
+def test_terminate_stops_an_endless_loop():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [])])
+    g = helper.make_graph([helper.make_node("Loop", ["", "c", "v0"], ["v"], body=body)], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                           helper.make_tensor_value_info("v0", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    ro = ort.RunOptions()
+    timer = threading.Timer(0.3, lambda: setattr(ro, "terminate", True))
+    timer.start()
+    with pytest.raises(Fail, match="terminate flag"):
+        s.run(None, {"c": np.array(True), "v0": np.array(0, np.float32)}, ro)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..capi.onnxruntime_pybind11_state import Fail, _OrtError
@@ -20,6 +22,19 @@ class RunContext:
     def __init__(self, run_options=None, profiler=None):
         self.run_options = run_options
         self.profiler = profiler
+
+
+_local = threading.local()
+
+
+def current_context() -> RunContext | None:
+    """The RunContext of the run in progress on this thread (subgraph runs inherit it)."""
+    return getattr(_local, "ctx", None)
+
+
+def run_subgraph(plan: ExecutionPlan, inputs, outer):
+    """Runner for subgraph calls: runs with the enclosing run's context (terminate flag)."""
+    return run_plan(plan, inputs, outer, current_context())
 
 
 def node_error(step, args, exc: BaseException) -> Exception:
@@ -44,7 +59,12 @@ def run_plan(plan: ExecutionPlan, inputs, outer=(), ctx: RunContext | None = Non
     for s, v in zip(plan.outer_slots, outer):
         vals[s] = v
     if ctx is not None and (ctx.profiler is not None or ctx.run_options is not None):
-        _run_steps_ctx(plan, vals, ctx)
+        prev = getattr(_local, "ctx", None)
+        _local.ctx = ctx
+        try:
+            _run_steps_ctx(plan, vals, ctx)
+        finally:
+            _local.ctx = prev
     else:
         _run_steps(plan, vals)
     return [vals[s] for s in plan.output_slots]

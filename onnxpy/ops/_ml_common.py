@@ -54,14 +54,15 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def softmax_zero(x: np.ndarray) -> np.ndarray:
-    """Softmax where exact-zero scores stay zero (they are treated as absent)."""
+    """Softmax where zero scores (|x| <= 1e-7) stay zero: they are treated as absent."""
     if x.shape[-1] == 0:
         return x
     nz = np.abs(x) > 1e-7
     m = x.max(axis=-1, keepdims=True)
     e = np.where(nz, np.exp(x - m), 0.0)
     s = e.sum(axis=-1, keepdims=True)
-    return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return e / s  # an all-zero row is 0/0 = NaN, as in onnxruntime
 
 
 def apply_post_transform(scores: np.ndarray, post_transform: str) -> np.ndarray:

@@ -23,8 +23,19 @@ _blockwise = _fast.blockwise
 
 
 def _up(x):
-    """x in a type numpy computes natively and accurately (float32/float64)."""
+    """x as a >= 1-d array of a type numpy computes natively and accurately (float32/float64).
+
+    1-d so that in-place ufunc calls (``out=``) work: numpy returns scalars, not arrays, for 0-d operands.
+    """
+    if x.ndim == 0:
+        x = x.reshape(1)
     return x if x.dtype in _NATIVE else x.astype(np.float32)
+
+
+def _down(y, x):
+    """y (computed from ``_up(x)``) back in x's type and shape."""
+    y = y.astype(x.dtype, copy=False)
+    return y if x.ndim else y.reshape(())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -78,7 +89,7 @@ def prelu(x, slope):
     y = np.minimum(x, 0)
     y = np.multiply(y, slope, out=y) if np.broadcast_shapes(y.shape, slope.shape) == y.shape else y * slope
     y += np.maximum(x, 0)
-    return y.astype(x.dtype, copy=False)
+    return _down(y, x)
 
 
 @kernel("PRelu", (1, 6))
@@ -99,12 +110,12 @@ def _elu_core(xf, alpha, scale=1.0):
 
 @kernel("Elu", (1, 6, 22))
 def elu(x, *, alpha=1.0):
-    return _elu_core(_up(x), alpha).astype(x.dtype, copy=False)
+    return _down(_elu_core(_up(x), alpha), x)
 
 
 @kernel("Selu", (1, 6, 22))
 def selu(x, *, alpha=1.6732632423543772, gamma=1.0507010221481445):
-    return _elu_core(_up(x), alpha, gamma).astype(x.dtype, copy=False)
+    return _down(_elu_core(_up(x), alpha, gamma), x)
 
 
 @kernel("Celu", (12, 28))
@@ -116,7 +127,7 @@ def celu(x, *, alpha=1.0):
     np.expm1(y, out=y)
     y *= alpha
     y += np.maximum(xf, 0)
-    return y.astype(x.dtype, copy=False)
+    return _down(y, x)
 
 
 @kernel("HardSigmoid", (1, 6, 22))
@@ -124,7 +135,7 @@ def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
     xf = _up(x)
     y = xf * alpha
     y += beta
-    return np.clip(y, 0, 1, out=y).astype(x.dtype, copy=False)
+    return _down(np.clip(y, 0, 1, out=y), x)
 
 
 @kernel("HardSwish", (14, 22))
@@ -134,13 +145,22 @@ def hard_swish(x):
     y += 0.5
     np.clip(y, 0, 1, out=y)
     y *= xf
-    return y.astype(x.dtype, copy=False)
+    return _down(y, x)
+
+
+def _softplus_block(x):
+    # log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow, ~10x faster than np.logaddexp
+    y = np.abs(x)
+    np.negative(y, out=y)
+    np.exp(y, out=y)
+    np.log1p(y, out=y)
+    y += np.maximum(x, 0)
+    return y
 
 
 @kernel("Softplus", (1, 22))
 def softplus(x):
-    xf = _up(x)
-    return np.logaddexp(xf, 0).astype(x.dtype, copy=False)
+    return _down(_blockwise(_softplus_block, _up(x)), x)
 
 
 @kernel("Softsign", (1, 22))
@@ -148,7 +168,7 @@ def softsign(x):
     xf = _up(x)
     d = np.abs(xf)
     d += 1
-    return np.divide(xf, d, out=d).astype(x.dtype, copy=False)
+    return _down(np.divide(xf, d, out=d), x)
 
 
 @kernel("ThresholdedRelu", (10, 22))
@@ -163,7 +183,7 @@ def shrink(x, *, bias=0.0, lambd=0.5):
     else:
         xf = _up(x)
     y = np.where(xf < -lambd, xf + bias, np.where(xf > lambd, xf - bias, 0))
-    return y.astype(x.dtype, copy=False)
+    return _down(y, x)
 
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -200,7 +220,7 @@ def gelu(x, *, approximate="none"):
         fn = _gelu_tanh_block
     else:
         raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _blockwise(fn, _up(x)).astype(x.dtype, copy=False)
+    return _down(_blockwise(fn, _up(x)), x)
 
 
 def _mish_block(x):
@@ -217,7 +237,7 @@ def _mish_block(x):
 
 @kernel("Mish", (18, 22))
 def mish(x):
-    return _blockwise(_mish_block, _up(x)).astype(x.dtype, copy=False)
+    return _down(_blockwise(_mish_block, _up(x)), x)
 
 
 def _swish(xf, alpha):
@@ -228,7 +248,7 @@ def _swish(xf, alpha):
 
 @kernel("Swish", 24)
 def swish(x, *, alpha=1.0):
-    return _swish(_up(x), alpha).astype(x.dtype, copy=False)
+    return _down(_swish(_up(x), alpha), x)
 
 
 @kernel("SwiGLU", 28)
@@ -237,7 +257,7 @@ def swiglu(a, b, *, alpha=1.0):
         raise ValueError(f"SwiGLU inputs A{a.shape} and B{b.shape} must have identical shapes")
     s = _swish(_up(a), alpha)
     s *= b
-    return s.astype(a.dtype, copy=False)
+    return _down(s, a)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -258,7 +278,7 @@ def _softmax(x, axes):
     e = xf - xf.max(axis=axes, keepdims=True)
     np.exp(e, out=e)
     e /= e.sum(axis=axes, keepdims=True)
-    return e.astype(x.dtype, copy=False)
+    return _down(e, x)
 
 
 def _log_softmax(x, axes):
@@ -268,7 +288,7 @@ def _log_softmax(x, axes):
     t = xf - xf.max(axis=axes, keepdims=True)
     lse = np.log(np.exp(t).sum(axis=axes, keepdims=True))
     t -= lse
-    return t.astype(x.dtype, copy=False)
+    return _down(t, x)
 
 
 def _hardmax_last(x2):

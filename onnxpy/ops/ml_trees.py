@@ -413,7 +413,7 @@ def _classifier_finish(scores, has, base, labels, binary_case, all_positive, pos
     z = apply_post_transform(np.stack([np.where(h0, s0, 0.0), np.where(h1, s1, 0.0)], axis=1), post_transform)
     if single.any():
         # one score s for the pair of classes: [1 - s, s] for probabilities, [-s, s] for margins
-        s = s0
+        s = np.where(h0, s0, 0.0)
         if not binary_case and base.size == 1:
             # onnxruntime writes the raw score and leaves the second column unset (here 0)
             pair = (s, np.zeros(n))

@@ -44,7 +44,8 @@ import tempfile
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def _wheel_dir(cache: str, pkg: str) -> str:
         found = glob.glob(os.path.join(dl, f"{stem}-{version}-*.whl"))
         if p.returncode != 0 or not found:
             tail = (p.stderr or p.stdout).strip().splitlines()
-            raise Skip(f"download of {pkg}=={version} failed: {tail[-1] if tail else 'rc=%d' % p.returncode}")
+            raise Skip(f"download of {pkg}=={version} failed: {tail[-1] if tail else f'rc={p.returncode}'}")
     tmp = tempfile.mkdtemp(dir=_mkdir(os.path.join(cache, "wheels")))
     try:
         with zipfile.ZipFile(found[0]) as z:
@@ -151,7 +152,7 @@ def _exported(arch: str, exporter: str) -> Callable[[Ctx], str]:
             raise Skip(ctx.failed_exports[key]) from e
         if p.returncode != 0 or not os.path.exists(path):
             lines = [ln for ln in (p.stderr + p.stdout).strip().splitlines() if ln.strip()]
-            ctx.failed_exports[key] = f"export failed: {lines[-1] if lines else 'rc=%d' % p.returncode}"
+            ctx.failed_exports[key] = f"export failed: {lines[-1] if lines else f'rc={p.returncode}'}"
             raise Skip(ctx.failed_exports[key])
         ctx.rebuilt.add(key)
         return path
@@ -461,9 +462,9 @@ def run_entry(entry: Entry, ctx: Ctx, runs: int = 0, budget_s: float = 20.0, see
         if len(expected) == len(out_names):
             try:
                 got_pb = sess.run(None, _light_feeds(path, None))
-                a, r, _, prob = compare(got_pb, expected, out_names)
+                _, r, _, prob = compare(got_pb, expected, out_names)
             except Exception as e:
-                a, r, prob = np.inf, np.inf, "run on the .pb input: " + _short(e)
+                r, prob = np.inf, "run on the .pb input: " + _short(e)
             notes.append(f".pb rel {r:.1e}" if not prob else f".pb: {prob}")
             if prob or r > tol:
                 ok = False

@@ -105,7 +105,8 @@ def _build(arch: str, weights_dir: str | None):
     else:
         raise ValueError(f"unknown architecture {arch!r}")
     g = torch.Generator().manual_seed(1)
-    ex = {"input_ids": torch.randint(0, vocab, (1, SEQ), generator=g), "attention_mask": torch.ones(1, SEQ, dtype=torch.long)}
+    ex = {"input_ids": torch.randint(0, vocab, (1, SEQ), generator=g),
+          "attention_mask": torch.ones(1, SEQ, dtype=torch.long)}
     if "token_type_ids" in names[0]:
         ex["token_type_ids"] = torch.zeros(1, SEQ, dtype=torch.long)
     return Wrap().eval(), ex, names
