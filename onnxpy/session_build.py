@@ -69,6 +69,7 @@ class SessionState:
 
             self.parallel = (ParallelSchedule(self.plan), get_pool(int(options.inter_op_num_threads or 0)))
         self._fetch_plans: dict = {}
+        self._const_ids = frozenset(id(v) for v in self.plan.template if isinstance(v, np.ndarray))
         self.meta = ModelMetadata(
             producer_name=model.producer_name,
             graph_name=g.name,
@@ -195,7 +196,8 @@ class SessionState:
             outs = run_plan(plan, (), (), ctx, feeds)
         if idx is not None:
             outs = [outs[i] for i in idx]
-        return outs
+        keep = self._const_ids.union(id(v) for _, v in feeds)
+        return [_detach(o, keep) if isinstance(o, np.ndarray) else o for o in outs]
 
 
     def _run_parallel(self, feeds, run_options):
@@ -234,6 +236,22 @@ class SessionState:
         if len(self._fetch_plans) < 32:
             self._fetch_plans[names] = plan
         return plan
+
+
+def _detach(arr: np.ndarray, const_ids) -> np.ndarray:
+    """A result the caller may modify freely: views of constants or feeds, and read-only views, are copied.
+
+    Kernels return views where numpy allows (Reshape, Transpose, Expand...); onnxruntime always hands out fresh
+    buffers, and a caller writing into a view of an initializer would change the model.
+    """
+    if arr.base is None and arr.flags.writeable:
+        return arr if id(arr) not in const_ids else arr.copy()
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if not arr.flags.writeable or id(root) in const_ids or root.base is not None:
+        return arr.copy()
+    return arr
 
 
 def _type_str(dt) -> str:

@@ -406,3 +406,21 @@ def test_terminate_stops_an_endless_loop():
     timer.start()
     with pytest.raises(Fail, match="terminate flag"):
         s.run(None, {"c": np.array(True), "v0": np.array(0, np.float32)}, ro)
+
+
+def test_outputs_never_alias_initializers_or_feeds():
+    W = numpy_helper.from_array(np.arange(6, dtype=np.float32), "W")
+    nodes = [helper.make_node("Reshape", ["W", "shape"], ["A"]), helper.make_node("Identity", ["X"], ["B"]),
+             helper.make_node("Transpose", ["X"], ["C"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "ABC"],
+                          [W, numpy_helper.from_array(np.array([2, 3], np.int64), "shape")])
+    s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    x = np.ones((2, 3), np.float32)
+    a, b, c = s.run(None, {"X": x})
+    a[...] = -1
+    b[...] = -1
+    c[...] = -1
+    assert (x == 1).all()
+    a2, _, _ = s.run(None, {"X": x})
+    np.testing.assert_array_equal(a2.reshape(-1), np.arange(6))

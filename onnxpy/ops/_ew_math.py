@@ -32,7 +32,7 @@ def blockwise(fn, x: np.ndarray, block: int = BLOCK) -> np.ndarray:
     """``fn(x)`` for an elementwise ``fn`` returning a new array of x's dtype, computed ``block`` elements at a time."""
     n = x.size
     if n <= block:
-        return fn(x)
+        return fn(x) if x.ndim else fn(x.reshape(1)).reshape(())
     flat = x.reshape(-1)
     out = np.empty(n, dtype=x.dtype)
     for i in range(0, n, block):

@@ -86,10 +86,9 @@ def _channel_slope(x, slope):
 
 @kernel("PRelu", (7, 9, 16))
 def prelu(x, slope):
-    y = np.minimum(x, 0)
-    y = np.multiply(y, slope, out=y) if np.broadcast_shapes(y.shape, slope.shape) == y.shape else y * slope
+    y = np.minimum(x, 0) * slope
     y += np.maximum(x, 0)
-    return _down(y, x)
+    return y.astype(x.dtype, copy=False)
 
 
 @kernel("PRelu", (1, 6))

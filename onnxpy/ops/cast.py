@@ -60,6 +60,8 @@ _FLOATISH_ML = frozenset(
 # ---------------------------------------------------------------------------------------------------------------
 def _to_string(x: np.ndarray) -> np.ndarray:
     dt = x.dtype
+    if dt.kind in "OU":
+        return x.astype(object)
     if dt == _BOOL:
         return np.where(x, "1", "0").astype(object)
     if dt.kind in "iu":

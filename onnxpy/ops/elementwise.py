@@ -10,7 +10,7 @@ import numpy as np
 from . import _ew_math as _fast
 from .registry import kernel
 
-_ALL_VERSIONS = (1, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28)
+
 
 
 def _wrap_unary(ufunc, name):
@@ -289,6 +289,6 @@ def clip_11(x, min=None, max=None):  # noqa: A002 - ONNX input names
     return x
 
 
-@kernel("Identity", _ALL_VERSIONS[:1] + (13, 14, 16, 19, 21, 23, 24, 25))
+@kernel("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25))
 def identity(x):
     return x

@@ -355,31 +355,11 @@ def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=
                 i, o = iof[:, :H], iof[:, H: 2 * H]
                 fg = (1 - i) if input_forget else iof[:, 2 * H:]
                 cn = fg * c + i * g(clp(gates[:, 3 * H:]))
-                hn = o * hf(cn)
-                if m is None:
-                    h, c = hn, cn
-                    if want_y:
-                        Y[t, d] = hn
-                else:
-                    h = np.where(m, hn, h)
-                    c = np.where(m, cn, c)
-                    if want_y:
-                        Y[t, d] = np.where(m, hn, 0)
-                continue
-            gi, go, gf, gc = gates[:, :H], gates[:, H: 2 * H], gates[:, 2 * H: 3 * H], gates[:, 3 * H:]
-            if P is not None:
-                gi = gi + pi * c
-                gf = gf + pf * c
-            i = f(clp(gi))
-            if input_forget:
-                fg = 1 - i
-            else:
-                fg = f(clp(gf))
-            cc = g(clp(gc))
-            cn = fg * c + i * cc
-            if P is not None:
-                go = go + po * cn
-            o = f(clp(go))
+            else:  # peepholes: i and f see C(t-1), o sees C(t)
+                i = f(clp(gates[:, :H] + pi * c))
+                fg = (1 - i) if input_forget else f(clp(gates[:, 2 * H: 3 * H] + pf * c))
+                cn = fg * c + i * g(clp(gates[:, 3 * H:]))
+                o = f(clp(gates[:, H: 2 * H] + po * cn))
             hn = o * hf(cn)
             if m is None:
                 h, c = hn, cn
