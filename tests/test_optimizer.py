@@ -128,3 +128,61 @@ def test_random_ops_not_folded(tmp_path):
                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3])])
     _, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, tmp_path)
     assert "RandomUniform" in [n.op_type for n in saved.graph.node]
+
+
+def _ln_gelu_model(opset=13):
+    rng = np.random.default_rng(0)
+    H = 8
+    inits = [numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), "beta"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), "bias")]
+    nodes = [
+        helper.make_node("Add", ["X", "S"], ["xs"]),
+        helper.make_node("ReduceMean", ["xs"], ["mean"], axes=[-1]),
+        helper.make_node("Sub", ["xs", "mean"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d", "sd"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["ng"]),
+        helper.make_node("Add", ["ng", "beta"], ["ln"]),
+        helper.make_node("MatMul", ["ln", "W"], ["mm"]),
+        helper.make_node("Add", ["mm", "bias"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["hd"]),
+        helper.make_node("Erf", ["hd"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["h", "e1"], ["he"]),
+        helper.make_node("Mul", ["he", "half"], ["Y"]),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["B", "S", H]),
+                          helper.make_tensor_value_info("S", TensorProto.FLOAT, ["B", "S", H])],
+                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["B", "S", H])], inits, opset=opset)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_layernorm_gelu_fusions(level, tmp_path):
+    ortref = pytest.importorskip("onnxruntime")
+    model = _ln_gelu_model()
+    rng = np.random.default_rng(2)
+    feed = {"X": rng.standard_normal((2, 5, 8)).astype(np.float32),
+            "S": rng.standard_normal((2, 5, 8)).astype(np.float32)}
+    ref = ortref.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    sess, saved = _optimized(model, level, tmp_path)
+    np.testing.assert_allclose(sess.run(None, feed)[0], ref, rtol=1e-4, atol=1e-5)
+    ops = [(n.domain, n.op_type) for n in saved.graph.node]
+    if level == 1:
+        assert ops == [("", "Add"), ("", "LayerNormalization"), ("", "MatMul"), ("", "Add"), ("", "Div"),
+                       ("", "Erf"), ("", "Add"), ("", "Mul"), ("", "Mul")], ops
+    elif level >= 2:
+        assert ops == [("com.microsoft", "SkipLayerNormalization"), ("", "MatMul"),
+                       ("com.microsoft", "BiasGelu")], ops
+    if level > 0:
+        theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(theirs.run(None, feed)[0], ref, rtol=1e-4, atol=1e-5)

@@ -103,7 +103,9 @@ def conv_out_shape(in_shape, kernel, strides, dilations, pb, pe, op: str) -> lis
     for i in range(len(in_shape)):
         eff = (kernel[i] - 1) * dilations[i] + 1
         o = (in_shape[i] + pb[i] + pe[i] - eff) // strides[i] + 1
-        if o < 0 or in_shape[i] + pb[i] + pe[i] - eff < 0:
+        if in_shape[i] == 0:
+            o = max(o, 0)
+        elif o < 0 or in_shape[i] + pb[i] + pe[i] - eff < 0:
             raise ValueError(
                 f"{op}: kernel (effective size {eff}) larger than padded input ({in_shape[i] + pb[i] + pe[i]}) "
                 f"on spatial axis {i}")

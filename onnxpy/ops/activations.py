@@ -66,6 +66,8 @@ def sigmoid(x):
 
 @kernel("LeakyRelu", (1, 6, 16))
 def leaky_relu(x, *, alpha=0.01):
+    if x.dtype.kind != "f":  # bfloat16: a Python-float product would promote to float32
+        return _down(leaky_relu(_up(x), alpha=alpha), x)
     # branch-free forms (np.where is slow on unpredictable masks)
     if 0.0 <= alpha <= 1.0:
         return np.maximum(x, x * alpha)

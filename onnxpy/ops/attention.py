@@ -206,8 +206,7 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
             raise ValueError(f"{op}: unsupported softmax_precision {softmax_precision}") from e
         if sp.name not in _FLOATS:
             raise ValueError(f"{op}: softmax_precision must be a float type, got {sp}")
-        scp = _compute_dtype(sp) if sp != np.float64 else np.dtype(np.float64)
-        x = scores.astype(sp).astype(scp, copy=False)
+        x = scores.astype(sp).astype(_compute_dtype(sp), copy=False)
         probs = _softmax_guarded(x).astype(sp).astype(ct)
     else:
         probs = _softmax_guarded(scores)

@@ -27,8 +27,8 @@ def _scalar(v, default, dtype, op, name):
 # ------------------------------------------------------------------------------------------ NonMaxSuppression
 
 
-def _iou_matrix(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
-    """Pairwise IoU of boxes (S, 4) in float64; zero where either box has no area."""
+def _corners(boxes: np.ndarray, center_point_box: int):
+    """(y1, x1, y2, x2, area) in float64 with y1 <= y2, x1 <= x2."""
     b = boxes.astype(np.float64)
     if center_point_box:
         xc, yc, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
@@ -39,12 +39,17 @@ def _iou_matrix(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
         y2 = np.maximum(b[:, 0], b[:, 2])
         x1 = np.minimum(b[:, 1], b[:, 3])
         x2 = np.maximum(b[:, 1], b[:, 3])
-    area = (x2 - x1) * (y2 - y1)
-    iw = np.clip(np.minimum(x2[:, None], x2[None, :]) - np.maximum(x1[:, None], x1[None, :]), 0, None)
-    ih = np.clip(np.minimum(y2[:, None], y2[None, :]) - np.maximum(y1[:, None], y1[None, :]), 0, None)
+    return y1, x1, y2, x2, (x2 - x1) * (y2 - y1)
+
+
+def _iou_one(c, i, rest):
+    """IoU of box i with boxes `rest`; zero where either box has no area."""
+    y1, x1, y2, x2, area = c
+    iw = np.clip(np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]), 0, None)
+    ih = np.clip(np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]), 0, None)
     inter = iw * ih
-    union = area[:, None] + area[None, :] - inter
-    ok = (area[:, None] > 0) & (area[None, :] > 0) & (union > 0)
+    union = area[i] + area[rest] - inter
+    ok = (area[i] > 0) & (area[rest] > 0) & (union > 0)
     return np.divide(inter, union, out=np.zeros_like(inter), where=ok)
 
 
@@ -69,29 +74,24 @@ def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_thre
     result = []
     if max_out > 0 and S > 0:
         for b in range(B):
-            iou = None
+            corners = None
             for c in range(C):
                 sc = scores[b, c].astype(np.float64)
                 cand = np.arange(S) if score_thr is None else np.nonzero(sc > np.float32(score_thr))[0]
                 if cand.size == 0:
                     continue
                 order = cand[np.argsort(-sc[cand], kind="stable")]
-                if iou is None:
-                    iou = _iou_matrix(boxes[b], center_point_box)
-                alive = np.ones(order.size, dtype=bool)
-                picked = []
-                pos = 0
-                while len(picked) < max_out:
-                    nxt = np.flatnonzero(alive[pos:])
-                    if nxt.size == 0:
-                        break
-                    pos += int(nxt[0])
-                    sel = order[pos]
-                    picked.append(sel)
-                    alive[pos] = False
-                    alive &= ~(iou[sel, order] > iou_thr)
-                for sel in picked:
+                if corners is None:
+                    corners = _corners(boxes[b], center_point_box)
+                rest = order
+                picked = 0
+                while rest.size and picked < max_out:
+                    sel = int(rest[0])
                     result.append((b, c, sel))
+                    picked += 1
+                    rest = rest[1:]
+                    if rest.size:
+                        rest = rest[~(_iou_one(corners, sel, rest) > iou_thr)]
     if not result:
         return np.zeros((0, 3), dtype=np.int64)
     return np.asarray(result, dtype=np.int64)

@@ -7,10 +7,13 @@ attributes; the pre-opset-7 versions (``consumed_inputs``, legacy ``broadcast``/
 from __future__ import annotations
 
 import numpy as np
+
 from . import _ew_math as _fast
 from .registry import kernel
 
-
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_NATIVE_FLOATS = frozenset((_F32, _F64))
 
 
 def _wrap_unary(ufunc, name):
@@ -57,12 +60,7 @@ for _op, _uf, _since in (
 ):
     kernel(_op, _since)(_uf)
 
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
-_NATIVE_FLOATS = frozenset((_F32, _F64))
-
-
-kernel("Erf", (9, 13))(_fast.erf)
+kernel("Erf", (9, 13))(_fast.erf)  # fast float32 rational approximation; scipy for float64
 
 
 @kernel("IsInf", (10, 20))

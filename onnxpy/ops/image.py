@@ -34,33 +34,45 @@ def _vec(v):
 
 
 def _original_coords(ctm, out_len, in_len, scale, roi_start, roi_end, from_scales=False):
-    """x_original for every output index along one axis (float64).
+    """x_original for every output index along one axis.
 
-    With ``from_scales`` the resized length used by align_corners is the fractional ``in_len * scale``
-    (the spec's ``output_width``), as the ONNX reference does.
+    Computed in float32 like onnxruntime (it decides nearest-pixel ties), returned as float64.  With
+    ``from_scales`` the resized length used by align_corners is the fractional ``in_len * scale`` (the spec's
+    ``output_width``).
     """
-    x = np.arange(out_len, dtype=np.float64)
-    if ctm == "half_pixel":
-        return (x + 0.5) / scale - 0.5
-    if ctm == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        center = in_len / 2
-        offset = center * (1 - adjustment)
-        return offset + (x + 0.5) / scale - 0.5
-    if ctm == "pytorch_half_pixel":
-        return (x + 0.5) / scale - 0.5 if out_len > 1 else np.zeros_like(x)
-    if ctm == "align_corners":
-        length = in_len * scale if from_scales else out_len
-        return x * (in_len - 1) / (length - 1) if out_len > 1 and length != 1 else np.zeros_like(x)
-    if ctm == "asymmetric":
-        return x / scale
-    if ctm == "tf_half_pixel_for_nn":
-        return (x + 0.5) / scale
-    if ctm == "tf_crop_and_resize":
+    f = np.float32
+    x = np.arange(out_len, dtype=f)
+    scale = f(scale)
+    half = f(0.5)
+    if ctm in ("half_pixel", "pytorch_half_pixel"):
+        if ctm == "pytorch_half_pixel" and out_len <= 1:
+            r = np.zeros_like(x)
+        else:
+            r = (x + half) / scale - half
+    elif ctm == "half_pixel_symmetric":
+        adjustment = f(out_len) / (scale * f(in_len))
+        center = f(in_len) / f(2)
+        offset = center * (f(1) - adjustment)
+        r = offset + (x + half) / scale - half
+    elif ctm == "align_corners":
+        length = f(in_len) * scale if from_scales else f(out_len)
+        if out_len > 1 and length != 1:
+            r = x * f(in_len - 1) / (length - f(1))
+        else:
+            r = np.zeros_like(x)
+    elif ctm == "asymmetric":
+        r = x / scale
+    elif ctm == "tf_half_pixel_for_nn":
+        r = (x + half) / scale
+    elif ctm == "tf_crop_and_resize":
+        rs, re_ = f(roi_start), f(roi_end)
         if out_len > 1:
-            return roi_start * (in_len - 1) + x * (roi_end - roi_start) * (in_len - 1) / (out_len - 1)
-        return np.full_like(x, 0.5 * (roi_start + roi_end) * (in_len - 1))
-    raise ValueError(f"Resize: unsupported coordinate_transformation_mode {ctm!r}")
+            r = rs * f(in_len - 1) + x * (re_ - rs) * f(in_len - 1) / f(out_len - 1)
+        else:
+            r = np.full_like(x, half * (rs + re_) * f(in_len - 1))
+    else:
+        raise ValueError(f"Resize: unsupported coordinate_transformation_mode {ctm!r}")
+    return r.astype(np.float64)
 
 
 def _nearest_index(xo, mode, in_len, downsampling):
@@ -180,7 +192,7 @@ def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extra
             raise ValueError(f"{op}: sizes must be non-negative, got {req}")
         if policy == "stretch":
             out_sz = req
-            sc = [o / i if i else 1.0 for o, i in zip(out_sz, in_sz)]
+            sc = [float(np.float32(o) / np.float32(i)) if i else 1.0 for o, i in zip(out_sz, in_sz)]
         elif policy in ("not_larger", "not_smaller"):
             ratios = [o / i for o, i in zip(req, in_sz) if i]
             s = (min(ratios) if policy == "not_larger" else max(ratios)) if ratios else 1.0

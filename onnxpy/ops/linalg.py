@@ -51,7 +51,10 @@ def matmul(A, B):
     if dt != B.dtype:
         raise TypeError(f"MatMul: inputs must have the same element type, got {dt} and {B.dtype}")
     if dt in _LOW_FLOATS:
-        return _mm("MatMul", A.astype(_F32), B.astype(_F32)).astype(dt)
+        return matmul(A.astype(_F32), B.astype(_F32)).astype(dt)
+    if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:
+        # (..., M, K) @ (K, N): one large GEMM instead of a loop of small ones
+        return _matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[1],))
     try:
         return _matmul(A, B)
     except ValueError:

@@ -131,7 +131,9 @@ def _stash_dtype(stash_type, op):
     return dt
 
 
-@kernel("LayerNormalization", since=17)
+# since=1: onnxruntime registers LayerNormalization in the ONNX domain for every opset (a contrib schema
+# predating opset 17), and its optimizer writes it into older-opset models; onnxpy's LayerNormFusion does too.
+@kernel("LayerNormalization", since=(1, 17))
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1, _num_outputs=1):
     op = "LayerNormalization"
     x = _float_input(X, op)
@@ -304,7 +306,10 @@ def batch_normalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9,
 
 
 @kernel("BatchNormalization", since=(14, 15))
-def batch_normalization_14(X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0):
+def batch_normalization_14(X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0,
+                           _num_outputs=1):
+    if not training_mode and _num_outputs > 1:
+        raise ValueError("BatchNormalization: running_mean/running_var outputs are only valid with training_mode=1")
     y, stats = _batch_norm(X, scale, B, input_mean, input_var, epsilon, momentum, bool(training_mode), True)
     return y if stats is None else (y, stats[0], stats[1])
 

@@ -210,6 +210,8 @@ def dropout_12(data, ratio=None, training_mode=None, *, seed=None, _num_outputs=
         if ra.size != 1:
             raise ValueError(f"{op}: ratio must be a scalar, got shape {ra.shape}")
         r = float(ra.reshape(-1)[0])
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"{op}: ratio must be in [0, 1), got {r}")
     if not training or r == 0.0:
         return (x, np.ones(x.shape, np.bool_)) if _num_outputs > 1 else x
     y, mask = _dropout_train(x, r, seed, op)

@@ -38,6 +38,14 @@ class OptContext:
     def graph_input_names(self, g: Graph) -> set:
         return {v.name for v in g.inputs}
 
+    def value_type(self, g: Graph, name: str):
+        """Declared type of a value (graph input/output or value_info), or None."""
+        for v in g.inputs:
+            if v.name == name:
+                return v.type
+        vi = g.value_info.get(name)
+        return vi.type if vi is not None else None
+
     def fresh(self, base: str) -> str:
         return f"{base}_{next(self._counter)}"
 
@@ -71,9 +79,10 @@ def _disabled(options, kwargs) -> set:
 
 
 def passes_for(level: int, disabled=frozenset()):
-    from .fusions import FUSION_PASSES
+    from .fusions import BASIC_FUSIONS, FUSION_PASSES
 
     chosen = [p for p in BASIC_PASSES if p.level <= level]
+    chosen = chosen[:-1] + BASIC_FUSIONS + chosen[-1:]
     if level >= 2:
         chosen = chosen[:-1] + [p for p in FUSION_PASSES if p.level <= level] + chosen[-1:]
     return [p for p in chosen if p.name not in disabled]

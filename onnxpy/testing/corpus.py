@@ -226,10 +226,39 @@ def _silero_feeds(n: int, sr: int | None, state=True, seq_rows: int = 0):
     return make
 
 
-def _image_feeds(shape: tuple):
+def synthetic_text(h: int, w: int, rng: np.random.Generator, line_h: int | None = None) -> np.ndarray:
+    """A grey uint8 [h, w] page: white background with dark lines of glyph-like strokes (so that OCR models see
+    something text-like and their outputs are not saturated at 0 as they are on noise)."""
+    img = np.full((h, w), 235, np.float32) + rng.normal(0.0, 6.0, (h, w))
+    line_h = line_h or max(12, h // 12)
+    y = int(rng.integers(2, line_h))
+    while y + line_h <= h - 2:
+        x = int(rng.integers(2, max(3, w // 10)))
+        end = int(rng.integers(w // 2, w - 2)) if w > 8 else w - 2
+        while x < end:
+            gw = int(rng.integers(line_h // 3, line_h))  # one glyph: a few random strokes in a box
+            for _ in range(int(rng.integers(2, 5))):
+                if rng.random() < 0.5:  # vertical stroke
+                    x0 = x + int(rng.integers(0, max(1, gw - 2)))
+                    img[y + line_h // 6: y + line_h - line_h // 6, x0: x0 + max(2, line_h // 8)] = rng.uniform(10, 60)
+                else:  # horizontal stroke
+                    y0 = y + int(rng.integers(line_h // 6, line_h - line_h // 6))
+                    img[y0: y0 + max(2, line_h // 8), x: x + gw] = rng.uniform(10, 60)
+            x += gw + int(rng.integers(1, max(2, line_h // 3)))
+        y += line_h + int(rng.integers(line_h // 2, line_h * 2))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _image_feeds(shape: tuple, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), line_h=None):
+    """A synthetic text image of ``shape`` (N, 3, H, W), normalized as the PaddleOCR pre-processing does."""
+
     def make(path: str, rng: np.random.Generator) -> dict:
         (name, dt, _), = graph_inputs(path)
-        return {name: rng.uniform(-1.0, 1.0, shape).astype(dt)}  # a normalized image
+        n, c, h, w = shape
+        pages = np.stack([synthetic_text(h, w, rng, line_h) for _ in range(n)])  # N, H, W
+        x = pages[:, None].repeat(c, axis=1).astype(np.float32) / 255.0
+        x = (x - np.asarray(mean, np.float32)[:, None, None]) / np.asarray(std, np.float32)[:, None, None]
+        return {name: x.astype(dt)}
 
     return make
 
@@ -306,7 +335,9 @@ def entries() -> list[Entry]:
         ("ppocr_v4_rec_48x320", "ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
         ("ppocr_mobile_v2_cls_48x192", "ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)),
     ]:
-        es.append(Entry(name, "rapidocr", _wheel_file("rapidocr-onnxruntime", ocr + member), _image_feeds(shape)))
+        norm = {} if "det" in name else {"mean": (0.5,) * 3, "std": (0.5,) * 3, "line_h": 40}
+        es.append(Entry(name, "rapidocr", _wheel_file("rapidocr-onnxruntime", ocr + member),
+                        _image_feeds(shape, **norm)))
     for exporter, tag in (("torchscript", "ts"), ("dynamo", "dynamo")):
         es.append(Entry(f"minilm_l6_{tag}", "torch", _exported("minilm", exporter), _token_feeds(30522, pad=28)))
     for exporter, tag in (("torchscript", "ts"), ("dynamo", "dynamo")):
