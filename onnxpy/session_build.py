@@ -188,17 +188,21 @@ class SessionState:
             ctx = RunContext(run_options, self.profiler)
         if self.blas_threads:
             set_blas_threads(self.blas_threads)
+        with np.errstate(all="ignore"):  # numpy's floating-point warnings are not onnxruntime behaviour
+            outs = self._execute(plan, feeds, run_options, ctx)
+        if idx is not None:
+            outs = [outs[i] for i in idx]
+        keep = self._const_ids.union(id(v) for _, v in feeds)
+        return [_detach(o, keep) if isinstance(o, np.ndarray) else o for o in outs]
+
+    def _execute(self, plan, feeds, run_options, ctx):
         if self.parallel is not None and plan is self.plan and self.profiler is None:
             outs = self._run_parallel(feeds, run_options)
         elif self.profiler is not None:
             outs = self.profiler.run_model(lambda: run_plan(plan, (), (), ctx, feeds))
         else:
             outs = run_plan(plan, (), (), ctx, feeds)
-        if idx is not None:
-            outs = [outs[i] for i in idx]
-        keep = self._const_ids.union(id(v) for _, v in feeds)
-        return [_detach(o, keep) if isinstance(o, np.ndarray) else o for o in outs]
-
+        return outs
 
     def _run_parallel(self, feeds, run_options):
         from .execution.parallel import run_parallel

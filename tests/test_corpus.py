@@ -69,3 +69,11 @@ def test_skip_when_download_fails(tmp_path, monkeypatch):
     (entry,) = [e for e in corpus.entries() if e.name == "silero_vad_16k"]
     res = corpus.run_entry(entry, corpus.Ctx(cache=str(tmp_path)), runs=0)
     assert res.status == "skipped" and "download of silero-vad" in res.reason
+
+
+def test_skip_when_torch_is_absent(tmp_path, monkeypatch):
+    real = corpus.importlib.util.find_spec
+    monkeypatch.setattr(corpus.importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a))
+    (entry,) = [e for e in corpus.entries() if e.name == "bert_base_ts"]
+    res = corpus.run_entry(entry, corpus.Ctx(cache=str(tmp_path)), runs=0)
+    assert res.status == "skipped" and "torch" in res.reason and "not installed" in res.reason

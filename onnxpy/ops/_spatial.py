@@ -7,7 +7,6 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-FLOAT_COMPUTE = {np.dtype(np.float16): np.float32, np.dtype(np.float32): np.float32, np.dtype(np.float64): np.float64}
 
 
 def compute_dtype(dt) -> np.dtype:

@@ -71,6 +71,18 @@ def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------- MatMulNBits
 
 
+def _int8_blockwise(a: np.ndarray, bs: int) -> np.ndarray:
+    """A rounded through symmetric int8 quantization per block of ``bs`` along the last axis (scale amax/127)."""
+    K = a.shape[-1]
+    nq = -(-K // bs)
+    ap = a if nq * bs == K else np.concatenate([a, np.zeros(a.shape[:-1] + (nq * bs - K,), a.dtype)], axis=-1)
+    ab = ap.reshape(a.shape[:-1] + (nq, bs))
+    sa = (np.abs(ab).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(sa == 0, np.float32(0), np.float32(1) / np.where(sa == 0, np.float32(1), sa))
+    aq = np.rint(ab * inv) * sa
+    return aq.reshape(ap.shape)[..., :K]
+
+
 @kernel("MatMulNBits", since=1, domain=MS)
 def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4, block_size,
                  accuracy_level=0, weight_prepacked=0):
@@ -132,7 +144,10 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     else:
         w = ((q.reshape(N, nb, bs) - z[:, :, None]) * s[:, :, None]).reshape(N, nb * bs)[:, :K]
     w = w.astype(cdt, copy=False)
-    y = np.matmul(A.astype(cdt, copy=False), w.T)
+    a = A.astype(cdt, copy=False)
+    if accuracy_level == 4 and A.dtype == np.float32 and not (bits == 2 and bs == 16):
+        a = _int8_blockwise(a, bs)  # onnxruntime's CompInt8 path quantizes A per block of K to int8
+    y = np.matmul(a, w.T)
     if bias is not None:
         b = np.asarray(bias).astype(cdt)
         if b.size != N:
@@ -209,6 +224,8 @@ def gather_block_quantized(data, indices, scales, zero_points=None, *, bits=4, b
         if scales.shape[i] != want and not (dt in _FP_DATA and i != qa and scales.shape[i] == 1):
             raise ValueError(f"{op}: scales shape {scales.shape} does not match data shape {logical_shape} "
                              f"(block_size {bs} on axis {qa})")
+    if zlog is not None and dt == np.uint8 and zlog.shape[-1] > scales.shape[-1] > zlog.shape[-1] - 8 // bits:
+        zlog = zlog[..., : scales.shape[-1]]  # packed zero points are padded to whole bytes
     if zlog is not None and zlog.shape != scales.shape:
         raise ValueError(f"{op}: scales and zero_points shape does not match: {scales.shape} vs {zlog.shape}")
     gdim = logical_shape[g]

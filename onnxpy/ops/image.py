@@ -103,11 +103,8 @@ def _linear(d):
     return np.maximum(0.0, 1.0 - np.abs(d))
 
 
-def _weight_matrix(xo, in_len, mode, cubic_a, exclude_outside, antialias, scale):
-    """(out, in) interpolation matrix for linear / cubic along one axis."""
-    out_len = xo.shape[0]
-    m = np.zeros((out_len, in_len), dtype=np.float64)
-    rows = np.arange(out_len)
+def _taps(xo, in_len, mode, cubic_a, exclude_outside, antialias, scale):
+    """Interpolation taps along one axis: input indices (out, T) (clamped to the edge) and weights (out, T)."""
     if antialias and scale < 1:
         support = (1.0 if mode == "linear" else 2.0) / scale
         span = int(math.ceil(support)) * 2 + 1
@@ -119,17 +116,17 @@ def _weight_matrix(xo, in_len, mode, cubic_a, exclude_outside, antialias, scale)
             w = np.where((taps >= 0) & (taps < in_len), w, 0.0)
         tot = w.sum(axis=1, keepdims=True)
         w = np.divide(w, tot, out=np.zeros_like(w), where=tot != 0)
-        np.add.at(m, (np.repeat(rows, taps.shape[1]), np.clip(taps, 0, in_len - 1).reshape(-1)), w.reshape(-1))
-        return m
+        keep = np.flatnonzero(np.any(w != 0, axis=0))  # drop all-zero tap columns
+        if keep.size:
+            taps, w = taps[:, keep[0]:keep[-1] + 1], w[:, keep[0]:keep[-1] + 1]
+        return np.clip(taps, 0, in_len - 1), w
     if mode == "linear":
         xc = np.clip(xo, 0, in_len - 1)
         x0 = np.floor(xc)
         t = xc - x0
         x0 = x0.astype(np.int64)
         x1 = np.minimum(x0 + 1, in_len - 1)
-        np.add.at(m, (rows, x0), 1 - t)
-        np.add.at(m, (rows, x1), t)
-        return m
+        return np.stack([x0, x1], axis=1), np.stack([1 - t, t], axis=1)
     # cubic
     x0 = np.floor(xo)
     t = xo - x0
@@ -142,15 +139,37 @@ def _weight_matrix(xo, in_len, mode, cubic_a, exclude_outside, antialias, scale)
         w = np.where(inside, w, 0.0)
         tot = w.sum(axis=1, keepdims=True)
         w = np.divide(w, tot, out=np.zeros_like(w), where=tot != 0)
-    np.add.at(m, (np.repeat(rows, 4), np.clip(taps, 0, in_len - 1).reshape(-1)), w.reshape(-1))
-    return m
+    return np.clip(taps, 0, in_len - 1), w
 
 
-def _apply_axis(y, m, axis):
-    """Contract the (out, in) matrix m with axis `axis` of y."""
-    moved = np.moveaxis(y, axis, -1)
-    res = np.matmul(moved, m.T.astype(y.dtype, copy=False))
-    return np.moveaxis(res, -1, axis)
+def _apply_axis(y, idx, w, axis):
+    """Interpolate axis `axis` of y with taps idx/w of shape (out, T)."""
+    out_len, T = idx.shape
+    in_len = y.shape[axis]
+    if T > 8 and T * 2 > in_len:
+        m = np.zeros((out_len, in_len), dtype=np.float64)
+        np.add.at(m, (np.repeat(np.arange(out_len), T), idx.reshape(-1)), w.reshape(-1))
+        moved = np.moveaxis(y, axis, -1)
+        return np.moveaxis(np.matmul(moved, m.T.astype(y.dtype, copy=False)), -1, axis)
+    shape = [1] * y.ndim
+    shape[axis] = out_len
+    wt = w.astype(y.dtype)
+    res = None
+    for t in range(T):
+        col = wt[:, t]
+        if not col.any():
+            continue
+        term = np.take(y, idx[:, t], axis=axis)
+        term *= col.reshape(shape)
+        if res is None:
+            res = term
+        else:
+            res += term
+    if res is None:
+        shp = list(y.shape)
+        shp[axis] = out_len
+        res = np.zeros(shp, dtype=y.dtype)
+    return res
 
 
 def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extrapolation_value, nearest_mode,
@@ -230,7 +249,10 @@ def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extra
                     shape[a] = out_sz[j]
                     bad = bad.reshape(shape)
                     outside = bad if outside is None else (outside | bad)
-        y = X[np.ix_(*index)]
+        y = X
+        for a in range(r):
+            if index[a].shape[0] != X.shape[a] or not np.array_equal(index[a], np.arange(X.shape[a])):
+                y = np.take(y, index[a], axis=a)
         if outside is not None:
             y = np.where(outside, np.asarray(extrapolation_value).astype(X.dtype), y)
         return y
@@ -251,8 +273,8 @@ def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extra
                 outside = bad if outside is None else (outside | bad)
         if out_sz[j] == in_sz[j] and np.array_equal(xo, np.arange(in_sz[j], dtype=np.float64)):
             continue
-        m = _weight_matrix(xo, in_sz[j], mode, float(cubic_a), int(exclude_outside), int(antialias), sc[j])
-        y = _apply_axis(y, m, a)
+        idx, w = _taps(xo, in_sz[j], mode, float(cubic_a), int(exclude_outside), int(antialias), sc[j])
+        y = _apply_axis(y, idx, w, a)
     if outside is not None:
         y = np.where(outside, work(extrapolation_value), y)
     if not _is_float(X.dtype):
@@ -291,6 +313,13 @@ def _upsample(X, scales, mode):
         raise ValueError(f"Upsample: scales must be >= 1, got {sc.tolist()}")
     return _resize(X, None, sc, None, mode=mode, ctm="asymmetric", cubic_a=-0.75, exclude_outside=0,
                    extrapolation_value=0.0, nearest_mode="simple")
+
+
+@kernel("Upsample", since=1)
+def upsample_1(X, *, height_scale=None, mode="nearest", width_scale=None):
+    if height_scale is None or width_scale is None or np.asarray(X).ndim != 4:
+        raise ValueError("Upsample-1: needs a 4-D input and the height_scale and width_scale attributes")
+    return _upsample(X, np.array([1.0, 1.0, height_scale, width_scale]), mode)
 
 
 @kernel("Upsample", since=7)

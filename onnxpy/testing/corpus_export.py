@@ -7,7 +7,8 @@ from a ``transformers`` config with a fixed seed (random weights), except ``all-
 (TorchScript ``dynamo=False`` and ``dynamo=True``) and saved with its weights as external data
 (``model.onnx`` + ``model.onnx.data``), with a dynamic batch and sequence axis.
 
-    python -m onnxpy.testing.corpus_export OUT_DIR {bert_base,gpt2_6l,minilm} {torchscript,dynamo} [--weights DIR]
+    python -m onnxpy.testing.corpus_export OUT_DIR {bert_base,gpt2_6l,minilm,minilm_fp16} {torchscript,dynamo}
+                                           [--weights DIR]
 """
 
 from __future__ import annotations
@@ -113,13 +114,18 @@ def _build(arch: str, weights_dir: str | None):
 
 
 def export(out_dir: str, arch: str, exporter: str, weights_dir: str | None = None) -> str:
-    """Export ``arch`` with ``exporter`` ('torchscript' or 'dynamo') to OUT_DIR/model.onnx (+ .data); returns path."""
+    """Export ``arch`` with ``exporter`` ('torchscript' or 'dynamo') to OUT_DIR/model.onnx (+ .data); returns path.
+
+    An ``arch`` ending in ``_fp16`` is the same model with its weights and compute in float16."""
     _require()
     import onnx
     import torch
     import transformers
 
-    module, ex, (in_names, out_names) = _build(arch, weights_dir)
+    half = arch.endswith("_fp16")
+    module, ex, (in_names, out_names) = _build(arch[: -len("_fp16")] if half else arch, weights_dir)
+    if half:
+        module = module.half()
     args = tuple(ex[n] for n in in_names)
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,7 +161,7 @@ def export(out_dir: str, arch: str, exporter: str, weights_dir: str | None = Non
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
-    ap.add_argument("arch", choices=["bert_base", "gpt2_6l", "minilm"])
+    ap.add_argument("arch", choices=["bert_base", "gpt2_6l", "minilm", "minilm_fp16"])
     ap.add_argument("exporter", choices=["torchscript", "dynamo"])
     ap.add_argument("--weights", default=None)
     a = ap.parse_args(argv)

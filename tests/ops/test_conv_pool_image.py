@@ -448,3 +448,11 @@ def test_roi_align_opset10():
     x = rand(1, 2, 8, 8)
     rois = np.array([[0.5, 1.2, 6.3, 7.1], [2, 2, 3, 3]], np.float32)
     check("RoiAlign", [x, rois, np.zeros(2, np.int64)], {"output_height": 2, "output_width": 3}, opset=10)
+
+
+def test_deform_conv_vs_ort():
+    x, w = rand(2, 4, 7, 8), rand(6, 2, 3, 3)
+    off = (RNG.random((2, 2 * 2 * 9, 4, 3)) * 4 - 2).astype(np.float32)
+    mask = RNG.random((2, 2 * 9, 4, 3)).astype(np.float32)
+    check("DeformConv", [x, Init(w), off, Init(rand(6)), mask],
+          {"group": 2, "offset_group": 2, "pads": [1, 0, 1, 1], "strides": [2, 2], "dilations": [1, 2]}, opset=19)

@@ -1,0 +1,263 @@
+"""com.microsoft fused element-wise / matmul / conv ops (onnxruntime contrib semantics).
+
+Gelu, FastGelu, BiasGelu, QuickGelu, BiasSoftmax, BiasAdd, FusedMatMul, TransposeMatMul, FusedGemm, FusedConv.
+
+float16/bfloat16 inputs are computed in float32 and cast back; float64 stays float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _ew_math as _fast
+from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
+from .conv import conv as _conv
+from .linalg import _gemm
+from .registry import MS_DOMAIN, kernel
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
+
+
+def _float_arr(x, op: str, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.name not in _FLOAT_NAMES:
+        raise TypeError(f"{op}: {name} must be a float tensor, got {x.dtype}")
+    return x
+
+
+def _up(x: np.ndarray) -> np.ndarray:
+    return x if x.dtype in (_F32, _F64) else x.astype(_F32)
+
+
+def _last_dim_bias(x: np.ndarray, bias, op: str, name: str = "bias") -> np.ndarray:
+    """x + bias where bias is 1-D over the last dimension (or any shape that broadcasts to x)."""
+    if bias is None:
+        return x
+    b = _float_arr(bias, op, name)
+    try:
+        if np.broadcast_shapes(b.shape, x.shape) != x.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{op}: {name} of shape {b.shape} does not broadcast to input shape {x.shape}") from None
+    return x + b.astype(x.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------------------- GELUs
+@kernel("Gelu", since=1, domain=MS_DOMAIN)
+def ms_gelu(X):
+    x = _float_arr(X, "Gelu", "X")
+    return _blockwise(_gelu_erf_block, _up(x)).astype(x.dtype, copy=False)
+
+
+@kernel("BiasGelu", since=1, domain=MS_DOMAIN)
+def bias_gelu(A, B):
+    a = _float_arr(A, "BiasGelu", "A")
+    s = _last_dim_bias(_up(a), B, "BiasGelu", "B")
+    return _blockwise(_gelu_erf_block, s).astype(a.dtype, copy=False)
+
+
+@kernel("FastGelu", since=1, domain=MS_DOMAIN)
+def fast_gelu(X, bias=None):
+    x = _float_arr(X, "FastGelu", "X")
+    s = _last_dim_bias(_up(x), bias, "FastGelu")
+    return _blockwise(_gelu_tanh_block, s).astype(x.dtype, copy=False)
+
+
+@kernel("QuickGelu", since=1, domain=MS_DOMAIN)
+def quick_gelu(X, *, alpha=1.702):
+    x = _float_arr(X, "QuickGelu", "X")
+    xf = _up(x)
+    s = _fast.sigmoid(xf * xf.dtype.type(alpha))
+    s *= xf
+    return s.astype(x.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------------------------------------- BiasAdd
+@kernel("BiasAdd", since=1, domain=MS_DOMAIN)
+def bias_add(X, bias, skip):
+    op = "BiasAdd"
+    x = _float_arr(X, op, "X")
+    sk = _float_arr(skip, op, "skip")
+    if x.ndim != 3:
+        raise ValueError(f"{op}: X must be 3-D (N, S, C), got shape {x.shape}")
+    if sk.shape != x.shape:
+        raise ValueError(f"{op}: skip shape {sk.shape} must equal X shape {x.shape}")
+    b = _float_arr(bias, op, "bias")
+    if b.shape != (x.shape[-1],):
+        raise ValueError(f"{op}: bias must be 1-D of length {x.shape[-1]}, got shape {b.shape}")
+    y = _up(x) + _up(sk)
+    y += _up(b)
+    return y.astype(x.dtype, copy=False)
+
+
+# --------------------------------------------------------------------------------------------------- BiasSoftmax
+@kernel("BiasSoftmax", since=1, domain=MS_DOMAIN)
+def bias_softmax(data, bias, *, axis=1, is_inner_broadcast=0):
+    """softmax(data + bias) over the dimensions ``axis``.. (flattened).
+
+    A bias of lower rank broadcasts across the dimensions ``[broadcast_axis, axis)`` when ``is_inner_broadcast``
+    (it then holds the leading dimensions and the softmax dimensions), else across the leading dimensions
+    (numpy's right-aligned rule).
+    """
+    op = "BiasSoftmax"
+    x = _float_arr(data, op, "data")
+    b = _float_arr(bias, op, "bias")
+    r = x.ndim
+    ax = axis + r if axis < 0 else axis
+    if not 0 <= ax < max(r, 1):
+        raise ValueError(f"{op}: axis {axis} is out of range for rank {r}")
+    if b.ndim > r:
+        raise ValueError(f"{op}: bias rank {b.ndim} exceeds data rank {r}")
+    if b.ndim < r and is_inner_broadcast:
+        n_lead = b.ndim - (r - ax)
+        if n_lead < 0:
+            raise ValueError(f"{op}: bias of shape {b.shape} lacks the softmax dimensions of data {x.shape}")
+        b = b.reshape(b.shape[:n_lead] + (1,) * (r - b.ndim) + b.shape[n_lead:])
+    try:
+        if np.broadcast_shapes(b.shape, x.shape) != x.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{op}: bias of shape {b.shape} does not broadcast to data shape {x.shape}") from None
+    s = _up(x) + _up(b)
+    if s.size == 0:
+        return s.astype(x.dtype)
+    lead = s.shape[:ax]
+    s2 = s.reshape(math.prod(lead), -1)
+    s2 = s2 - s2.max(axis=1, keepdims=True)
+    np.exp(s2, out=s2)
+    s2 /= s2.sum(axis=1, keepdims=True)
+    return s2.reshape(x.shape).astype(x.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------------- MatMuls
+def _fused_matmul(op, A, B, alpha, transA, transB, transBatchA, transBatchB):
+    a = _float_arr(A, op, "A")
+    b = _float_arr(B, op, "B")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: A and B must have the same type, got {a.dtype} and {b.dtype}")
+    if (transBatchA or transBatchB) and (a.ndim < 3 or a.ndim != b.ndim):
+        raise ValueError(f"{op}: transBatchA/transBatchB need inputs of the same rank >= 3, got {a.shape} and "
+                         f"{b.shape}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{op}: inputs must have rank >= 1")
+    if transBatchA:
+        a = np.moveaxis(a, 0, -2)
+    if transBatchB:
+        b = np.moveaxis(b, 0, -2)
+    if transA and a.ndim >= 2:
+        a = np.swapaxes(a, -1, -2)
+    if transB and b.ndim >= 2:
+        b = np.swapaxes(b, -1, -2)
+    dt = a.dtype
+    try:
+        y = np.matmul(_up(a), _up(b))
+    except ValueError:
+        raise ValueError(f"{op}: incompatible shapes {a.shape} and {b.shape} after the transposes") from None
+    if alpha != 1.0:
+        y *= y.dtype.type(alpha)
+    return y.astype(dt, copy=False)
+
+
+@kernel("FusedMatMul", since=1, domain=MS_DOMAIN)
+def fused_matmul(A, B, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+    return _fused_matmul("FusedMatMul", A, B, float(alpha), transA, transB, transBatchA, transBatchB)
+
+
+@kernel("TransposeMatMul", since=1, domain=MS_DOMAIN)
+def transpose_matmul(A, B, *, alpha=1.0, transA=0, transB=0):
+    return _fused_matmul("TransposeMatMul", A, B, float(alpha), transA, transB, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------------- fused activations
+def _activate(y: np.ndarray, name: str, op: str, alpha=None, beta=None, gamma=None) -> np.ndarray:
+    """Apply the activation ``name`` (onnxruntime's fused-activation names) to the float32/64 array y in place."""
+    t = y.dtype.type
+    if name in (None, "", "Identity"):
+        return y
+    if name == "Relu":
+        return np.maximum(y, 0, out=y)
+    if name == "Tanh":
+        return np.tanh(y, out=y)
+    if name == "Sigmoid":
+        return _fast.sigmoid(y)
+    if name == "LeakyRelu":
+        a = t(0.01 if alpha is None else alpha)
+        return np.where(y >= 0, y, y * a).astype(y.dtype, copy=False)
+    if name == "Clip":
+        lo = -np.inf if alpha is None else alpha
+        hi = np.inf if beta is None else beta
+        return np.clip(y, t(lo), t(hi), out=y)
+    if name == "HardSigmoid":
+        a = t(0.2 if alpha is None else alpha)
+        b = t(0.5 if beta is None else beta)
+        y *= a
+        y += b
+        return np.clip(y, t(0), t(1), out=y)
+    if name == "Elu":
+        a = t(1.0 if alpha is None else alpha)
+        return np.where(y >= 0, y, a * np.expm1(np.minimum(y, 0))).astype(y.dtype, copy=False)
+    if name == "Selu":
+        a = t(1.6732632423543772 if alpha is None else alpha)
+        g = t(1.0507010221481445 if gamma is None else gamma)
+        return (g * np.where(y > 0, y, a * np.expm1(np.minimum(y, 0)))).astype(y.dtype, copy=False)
+    if name == "ScaledTanh":
+        a = t(1.0 if alpha is None else alpha)
+        b = t(1.0 if beta is None else beta)
+        return (a * np.tanh(b * y)).astype(y.dtype, copy=False)
+    if name == "ThresholdedRelu":
+        a = t(1.0 if alpha is None else alpha)
+        return np.where(y > a, y, t(0)).astype(y.dtype, copy=False)
+    if name == "Softplus":
+        return np.logaddexp(y, t(0)).astype(y.dtype, copy=False)
+    if name == "ParametricSoftplus":
+        a = t(1.0 if alpha is None else alpha)
+        b = t(1.0 if beta is None else beta)
+        return (a * np.logaddexp(b * y, t(0))).astype(y.dtype, copy=False)
+    if name == "Softsign":
+        return (y / (1 + np.abs(y))).astype(y.dtype, copy=False)
+    raise ValueError(f"{op}: unsupported activation {name!r}")
+
+
+@kernel("FusedGemm", since=1, domain=MS_DOMAIN)
+def fused_gemm(A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_alpha=None,
+               activation_beta=None, activation_gamma=None):
+    a = _float_arr(A, "FusedGemm", "A")
+    y = _gemm(_up(a), _up(_float_arr(B, "FusedGemm", "B")), None if C is None else _up(np.asarray(C)),
+              alpha, beta, transA, transB)
+    if not y.flags.writeable or y.base is not None:
+        y = y.copy()
+    y = _activate(y, activation, "FusedGemm", activation_alpha, activation_beta, activation_gamma)
+    return y.astype(a.dtype, copy=False)
+
+
+_ACT_PARAM_COUNT = {"LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2, "Elu": 1, "ScaledTanh": 2, "ThresholdedRelu": 1,
+                    "ParametricSoftplus": 2, "Selu": 2}
+
+
+@kernel("FusedConv", since=1, domain=MS_DOMAIN)
+def fused_conv(X, W, B=None, Z=None, *, activation="", activation_params=None, auto_pad="NOTSET", dilations=None,
+               group=1, kernel_shape=None, pads=None, strides=None):
+    op = "FusedConv"
+    x = _float_arr(X, op, "X")
+    params = list(activation_params or [])
+    need = _ACT_PARAM_COUNT.get(activation, 0)
+    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < need:
+        raise ValueError(f"{op}: activation {activation} needs {need} activation_params, got {len(params)}")
+    y = _conv(_up(x), _up(_float_arr(W, op, "W")), None if B is None else _up(np.asarray(B)), auto_pad=auto_pad,
+              dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    y = np.array(y, copy=True) if not y.flags.writeable else y
+    if Z is not None:
+        z = _float_arr(Z, op, "Z")
+        if z.shape != y.shape:
+            raise ValueError(f"{op}: Z of shape {z.shape} must match the convolution output shape {y.shape}")
+        y += z.astype(y.dtype, copy=False)
+    p = params + [None] * 3
+    if activation == "Selu":
+        y = _activate(y, activation, op, p[0], None, p[1])
+    else:
+        y = _activate(y, activation, op, p[0], p[1])
+    return y.astype(x.dtype, copy=False)
