@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes
-from .capi.onnxruntime_pybind11_state import InvalidArgument
+from . import dtypes, limits
+from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph
 from .execution.executor import RunContext, run_plan
 from .execution.executor import run_subgraph as _subgraph_runner
 from .execution.functions import make_function_expander
@@ -24,12 +24,19 @@ class SessionState:
     def __init__(self, source, options, providers, kwargs):
         self.source = source
         self.options = options
+        try:
+            self.limits = limits.from_config(getattr(options, "_config", None))
+        except ValueError as e:
+            raise InvalidArgument.make(str(e)) from None
         if isinstance(source, (bytes, bytearray, memoryview)) or hasattr(source, "SerializeToString"):
             model = load_model(source)
         else:
             proto, base_dir = read_model_proto(source)
             model = model_from_proto(proto, base_dir)
         self._apply_initializer_overrides(model)
+        from .optimizer.gradient import lower_gradients
+
+        lower_gradients(model.graph)
         from .optimizer import optimize
 
         model = optimize(model, options, kwargs)
@@ -122,6 +129,9 @@ class SessionState:
         if kind == "map":
             if not isinstance(value, dict):
                 raise InvalidArgument.make(f"Input '{name}' expects a map (dict), got {type(value).__name__}")
+            vt = t.elem.np_dtype if t is not None and t.elem is not None else None
+            if vt is not None and vt.kind != "O":
+                value = {k: vt.type(v) for k, v in value.items()}
             return slot, value
         return slot, value
 
@@ -188,7 +198,7 @@ class SessionState:
             ctx = RunContext(run_options, self.profiler)
         if self.blas_threads:
             set_blas_threads(self.blas_threads)
-        with np.errstate(all="ignore"):  # numpy's floating-point warnings are not onnxruntime behaviour
+        with np.errstate(all="ignore"), limits.applied(self.limits):  # fp warnings are not ort behaviour
             outs = self._execute(plan, feeds, run_options, ctx)
         if idx is not None:
             outs = [outs[i] for i in idx]
@@ -266,4 +276,9 @@ def _type_str(dt) -> str:
 
 
 def build_session_state(source, options, providers, kwargs):
-    return SessionState(source, options, providers, kwargs)
+    try:
+        return SessionState(source, options, providers, kwargs)
+    except RecursionError:
+        raise InvalidGraph.make(
+            "The model nests subgraphs or functions too deeply to load (Python recursion limit reached)"
+        ) from None

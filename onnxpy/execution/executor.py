@@ -106,6 +106,8 @@ def _run_steps_ctx(plan, vals, ctx: RunContext):
     prof = ctx.profiler
     step = None
     args = ()
+    if ro is not None and ro.terminate:  # also stops loops whose body has no nodes
+        raise Fail.make("Exiting due to terminate flag being set to true.")
     try:
         for step in plan.steps:
             if ro is not None and ro.terminate:

@@ -148,7 +148,8 @@ class Planner:
             return custom
         opset = self.opsets.get(dom)
         if opset is None:
-            if dom in ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml", "ai.onnx.preview.training"):
+            if dom in ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml", "ai.onnx.preview.training",
+                       "ai.onnxpy"):
                 opset = 1 if dom != "ai.onnx.ml" else 5
             else:
                 raise InvalidGraph.make(

@@ -74,9 +74,15 @@ def _read_external(t: TensorProto, base_dir: str | None) -> bytes:
     info = {e.key: e.value for e in t.external_data}
     location = info.get("location", "")
     full = _external_path(base_dir, location, t.name)
-    offset = int(info.get("offset", 0) or 0)
     size = os.path.getsize(full)
-    length = int(info["length"]) if info.get("length") else size - offset
+    try:
+        offset = int(info.get("offset", 0) or 0)
+        length = int(info["length"]) if info.get("length") else size - offset
+    except ValueError:
+        raise Fail.make(
+            f"External data of tensor '{t.name}' has a non-integer offset/length "
+            f"({info.get('offset')!r}, {info.get('length')!r})"
+        ) from None
     if offset < 0 or length < 0 or offset + length > size:
         raise Fail.make(
             f"External data of tensor '{t.name}' (offset {offset}, length {length}) lies past the end of "
@@ -89,6 +95,8 @@ def _read_external(t: TensorProto, base_dir: str | None) -> bytes:
 
 def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:
     """Decode a TensorProto (inline or external data) to a numpy array with the right dtype."""
+    if any(d < 0 for d in t.dims):
+        raise InvalidGraph.make(f"Tensor '{t.name}' has negative dimension(s) {list(t.dims)}")
     if t.data_location == TensorProto.EXTERNAL:
         raw = _read_external(t, base_dir)
         shallow = TensorProto()

@@ -68,19 +68,11 @@ def norm_axes(axes, rank: int, what: str = "axes", unique: bool = True) -> list[
 
 
 def check_shape(shape, dtype, what: str = "output") -> tuple:
-    """Validate a requested output shape: no negative dims, total size at most MAX_ALLOC_BYTES."""
-    shape = tuple(int(d) for d in shape)
-    n = 1
-    for d in shape:
-        if d < 0:
-            raise ValueError(f"{what} shape {list(shape)} has a negative dimension")
-        n *= d
-    itemsize = np.dtype(dtype).itemsize or 8
-    if n * itemsize > MAX_ALLOC_BYTES:
-        raise ValueError(
-            f"{what} shape {list(shape)} would need {n * itemsize} bytes, more than the {MAX_ALLOC_BYTES} byte limit"
-        )
-    return shape
+    """Validate a requested output shape: no negative dims, total size within the configured tensor-size limit
+    (``onnxpy.limits``: default 16 GiB, session config ``session.max_tensor_bytes``, env ONNXPY_MAX_TENSOR_BYTES)."""
+    from ..limits import check_alloc
+
+    return check_alloc(shape, dtype, what)
 
 
 def zero_of(dtype):

@@ -183,8 +183,10 @@ def _linear_svm(x, coef, r, labels, post_transform):
     scores = x @ w.T + (r[0] if r.size else 0.0)
     best = np.argmax(scores, axis=1)
     if c == 2:
-        # onnxruntime: the first class only wins with the top score when that score is not positive
-        best = np.where((best == 0) & (scores[:, 0] <= 0), 0, 1)
+        # onnxruntime: the first class only wins with the top score when that score is not above a threshold
+        # (0.5 when all coefficients are >= 0, else 0)
+        threshold = 0.5 if bool((coef >= 0).all()) else 0.0
+        best = np.where((best == 0) & (scores[:, 0] <= threshold), 0, 1)
     if c == 1:
         return labels[best], (probit(scores) if post_transform == "PROBIT" else scores).astype(np.float32)
     return labels[best], apply_post_transform(scores, post_transform).astype(np.float32)

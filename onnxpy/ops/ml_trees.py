@@ -5,11 +5,17 @@ true/false child, NaN direction) plus the leaf votes ``(node, target, weight)``.
 (sample, tree) pairs one level at a time with vectorized gathers (the Python loop runs over the depth only),
 then the votes of the reached leaves are aggregated with ``bincount`` / ``ufunc.at``.
 
-The classifier's label and binary-case score layout follow onnxruntime's conventions.
+Conventions follow onnxruntime where the spec leaves them open: with several targets/classes a base value only
+applies to the targets some reached leaf voted for (the others report 0); a single score column is only
+transformed by PROBIT; the classifier's label and [N, 2] layout of binary models (one score -> [1 - p, p] or
+[-s, s]) mirror onnxruntime.  Where onnxruntime contradicts the spec, the spec wins: TreeEnsemble's
+post_transform codes are 1 = SOFTMAX, 2 = LOGISTIC (onnxruntime swaps them), set membership is exact (onnxruntime
+truncates to integers), and binary labels always come from the class labels.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -82,18 +88,18 @@ class _Forest:
 
     # -- traversal ---------------------------------------------------------------------------------
     def _compare(self, xv, nodes):
-        md = self.mode[nodes]
-        thr = self.threshold[nodes]
         if len(self.modes) == 1:
-            res = self._cmp(self.modes[0], xv, thr, nodes)
+            res = self._cmp(self.modes[0], xv, self.threshold.take(nodes), nodes)
         else:
+            md = self.mode.take(nodes)
+            thr = self.threshold.take(nodes)
             res = np.zeros(xv.shape, dtype=bool)
             for m in self.modes:
-                sel = md == m
-                if sel.any():
+                sel = np.flatnonzero(md == m)
+                if sel.size:
                     res[sel] = self._cmp(m, xv[sel], thr[sel], nodes[sel])
         if self.has_missing:
-            res |= np.isnan(xv) & self.missing_true[nodes]
+            res |= np.isnan(xv) & self.missing_true.take(nodes)
         return res
 
     def _cmp(self, m, x, t, nodes):
@@ -119,26 +125,36 @@ class _Forest:
         raise ValueError(f"tree ensemble: unknown node mode {m}")
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
-        """Reached leaf of every (sample, tree), flat in sample-major order."""
-        n = X.shape[0]
-        if self.max_feature >= X.shape[1]:
+        """Reached leaf of every (sample, tree), flat in sample-major order.
+
+        All pairs descend one level per step; pairs that reached a leaf stay there (a leaf's children are
+        itself), and the working set is compacted once fewer than half of it is still moving.
+        """
+        n, f = X.shape
+        if self.max_feature >= f:
             raise ValueError(f"tree ensemble: feature id {self.max_feature} is out of range for an input with "
-                             f"{X.shape[1]} features")
+                             f"{f} features")
         t = self.roots.size
         cur = np.tile(self.roots, n)
-        row = np.repeat(np.arange(n, dtype=np.int64), t)
-        active = np.flatnonzero(~self.is_leaf[cur])
+        xf = np.ascontiguousarray(X).ravel()
+        pos = np.flatnonzero(~self.is_leaf.take(cur))
+        node = cur[pos]
+        off = (pos // max(t, 1)) * f
+        moving = pos.size
         steps = 0
-        while active.size:
-            nodes = cur[active]
-            xv = X[row[active], self.feature[nodes]]
-            go = self._compare(xv, nodes)
-            nxt = np.where(go, self.true_next[nodes], self.false_next[nodes])
-            cur[active] = nxt
-            active = active[~self.is_leaf[nxt]]
+        while moving:
+            xv = xf.take(off + self.feature.take(node))
+            go = self._compare(xv, node)
+            node = np.where(go, self.true_next.take(node), self.false_next.take(node))
+            still = ~self.is_leaf.take(node)
+            moving = int(np.count_nonzero(still))
+            if moving < node.size // 2:
+                cur[pos] = node
+                pos, node, off = pos[still], node[still], off[still]
             steps += 1
             if steps > self.n_nodes:
                 raise ValueError("tree ensemble: the trees contain a cycle")
+        cur[pos] = node
         return cur
 
     # -- aggregation -------------------------------------------------------------------------------
@@ -192,16 +208,22 @@ _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 64
 
 
+_CACHE_LOCK = threading.Lock()
+
+
 def _cached(build, *attrs):
+    """The forest built from these attribute objects (identity-keyed; the entry keeps them alive)."""
     key = tuple(id(a) for a in attrs)
-    hit = _CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], attrs)):
-        _CACHE.move_to_end(key)
-        return hit[1]
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], attrs)):
+            _CACHE.move_to_end(key)
+            return hit[1]
     forest = build()
-    _CACHE[key] = (attrs, forest)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    with _CACHE_LOCK:
+        _CACHE[key] = (attrs, forest)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return forest
 
 
@@ -480,98 +502,3 @@ def tree_ensemble_classifier_3(X, *, base_values=None, base_values_as_tensor=Non
                        nodes_falsenodeids, nodes_featureids, nodes_missing_value_tracks_true, nodes_modes,
                        nodes_nodeids, nodes_treeids, nodes_truenodeids, nodes_values, nodes_values_as_tensor,
                        post_transform)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# TreeEnsemble (ai.onnx.ml 5)
-# ----------------------------------------------------------------------------------------------------------------
-def _te5_forest(tree_roots, nodes_modes, nodes_featureids, nodes_splits, nodes_truenodeids, nodes_trueleafs,
-                nodes_falsenodeids, nodes_falseleafs, nodes_missing_value_tracks_true, membership_values,
-                leaf_targetids, leaf_weights, n_targets):
-    feat = _ints(nodes_featureids, "nodes_featureids")
-    n = feat.size
-    if nodes_modes is None:
-        raise ValueError("TreeEnsemble: nodes_modes is required")
-    mode = np.asarray(nodes_modes).ravel().astype(np.int64)
-    if mode.size != n:
-        raise ValueError(f"TreeEnsemble: nodes_modes has {mode.size} entries, expected {n}")
-    if n and (mode.min() < 0 or mode.max() > MEMBER):
-        raise ValueError("TreeEnsemble: nodes_modes values must be in [0, 6]")
-    splits = np.asarray(nodes_splits if nodes_splits is not None else [], dtype=np.float64).ravel()
-    if splits.size != n:
-        raise ValueError(f"TreeEnsemble: nodes_splits has {splits.size} entries, expected {n}")
-    t_ids = _ints(nodes_truenodeids, "nodes_truenodeids", n)
-    f_ids = _ints(nodes_falsenodeids, "nodes_falsenodeids", n)
-    t_leaf = _ints(nodes_trueleafs, "nodes_trueleafs", n).astype(bool)
-    f_leaf = _ints(nodes_falseleafs, "nodes_falseleafs", n).astype(bool)
-    miss = _ints(nodes_missing_value_tracks_true, "nodes_missing_value_tracks_true")
-    if miss.size == 0:
-        miss = np.zeros(n, dtype=np.int64)
-    elif miss.size != n:
-        raise ValueError(f"TreeEnsemble: nodes_missing_value_tracks_true has {miss.size} entries, expected {n}")
-    targets = _ints(leaf_targetids, "leaf_targetids")
-    n_leaf = targets.size
-    weights = np.asarray(leaf_weights if leaf_weights is not None else [], dtype=np.float64).ravel()
-    if weights.size != n_leaf:
-        raise ValueError(f"TreeEnsemble: leaf_weights has {weights.size} entries, expected {n_leaf}")
-    for ids, leafs, what in ((t_ids, t_leaf, "true"), (f_ids, f_leaf, "false")):
-        lim = np.where(leafs, n_leaf, n)
-        if np.any((ids < 0) | (ids >= lim)):
-            raise ValueError(f"TreeEnsemble: a {what} branch index is out of range")
-    true_next = np.where(t_leaf, n + t_ids, t_ids)
-    false_next = np.where(f_leaf, n + f_ids, f_ids)
-    all_mode = np.concatenate([mode, np.full(n_leaf, LEAF)])
-    members = None
-    member_nodes = np.flatnonzero(mode == MEMBER)
-    if member_nodes.size:
-        if membership_values is None:
-            raise ValueError("TreeEnsemble: BRANCH_MEMBER nodes need membership_values")
-        mv = np.asarray(membership_values, dtype=np.float64).ravel()
-        sep = np.isnan(mv)
-        set_id = np.cumsum(sep) - sep  # index of the set each value belongs to
-        keep = ~sep
-        n_sets = int(sep.sum()) + (0 if (mv.size == 0 or sep[-1]) else 1)
-        if n_sets < member_nodes.size:
-            raise ValueError(f"TreeEnsemble: {n_sets} membership sets for {member_nodes.size} BRANCH_MEMBER nodes")
-        sid = set_id[keep]
-        ok = sid < member_nodes.size
-        members = (member_nodes[sid[ok]], mv[keep][ok])
-    roots = _ints(tree_roots, "tree_roots")
-    if roots.size and (roots.min() < 0 or roots.max() >= n):
-        raise ValueError("TreeEnsemble: tree_roots index out of range")
-    if n_targets is None:
-        n_targets = int(targets.max()) + 1 if targets.size else 1
-    return _Forest(np.concatenate([feat, np.zeros(n_leaf, np.int64)]),
-                   np.concatenate([splits, np.zeros(n_leaf)]), all_mode,
-                   np.concatenate([true_next, np.arange(n, n + n_leaf)]),
-                   np.concatenate([false_next, np.arange(n, n + n_leaf)]),
-                   np.concatenate([miss.astype(bool), np.zeros(n_leaf, bool)]), roots,
-                   np.arange(n, n + n_leaf), targets, weights, n_targets, members)
-
-
-@kernel("TreeEnsemble", since=5, domain=ML_DOMAIN)
-def tree_ensemble(X, *, aggregate_function=1, leaf_targetids=None, leaf_weights=None, membership_values=None,
-                  n_targets=None, nodes_falseleafs=None, nodes_falsenodeids=None, nodes_featureids=None,
-                  nodes_hitrates=None, nodes_missing_value_tracks_true=None, nodes_modes=None, nodes_splits=None,
-                  nodes_trueleafs=None, nodes_truenodeids=None, post_transform=0, tree_roots=None):
-    if not isinstance(X, np.ndarray):
-        X = np.asarray(X)
-    if X.dtype.kind != "f":
-        raise TypeError(f"TreeEnsemble: input must be float, double or float16, got {X.dtype}")
-    if not 0 <= int(aggregate_function) <= 3:
-        raise ValueError(f"TreeEnsemble: aggregate_function must be in [0, 3], got {aggregate_function}")
-    if not 0 <= int(post_transform) <= 4:
-        raise ValueError(f"TreeEnsemble: post_transform must be in [0, 4], got {post_transform}")
-    if tree_roots is None:
-        raise ValueError("TreeEnsemble: tree_roots is required")
-    forest = _cached(
-        lambda: _te5_forest(tree_roots, nodes_modes, nodes_featureids, nodes_splits, nodes_truenodeids,
-                            nodes_trueleafs, nodes_falsenodeids, nodes_falseleafs, nodes_missing_value_tracks_true,
-                            membership_values, leaf_targetids, leaf_weights, n_targets),
-        tree_roots, nodes_modes, nodes_featureids, nodes_splits, nodes_truenodeids, nodes_trueleafs,
-        nodes_falsenodeids, nodes_falseleafs, nodes_missing_value_tracks_true, membership_values, leaf_targetids,
-        leaf_weights, n_targets)
-    x = as_2d_features(X, "TreeEnsemble")
-    scores, has = forest.scores(x, _AGGREGATES[int(aggregate_function)])
-    out = _finish_regression(scores, has, np.zeros(0), _POST_BY_CODE[int(post_transform)])
-    return out.astype(X.dtype)

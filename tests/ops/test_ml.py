@@ -118,7 +118,7 @@ def test_one_hot_encoder():
     check(_model("OneHotEncoder", [("X", STR)], [("Y", F32)], cats_strings=["a", "b"]),
           np.array([["a", "c"], ["b", "b"]], object))
     m = _model("OneHotEncoder", [("X", I64)], [("Y", F32)], cats_int64s=[1], zeros=0)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="(?i)category"):
         _run(m, np.array([2], np.int64))
 
 
@@ -159,8 +159,8 @@ def test_label_encoder_versions():
           np.array([1, 2, 3], np.int64))
     check(_model("LabelEncoder", [("X", F32)], [("Y", F32)], opset=4, keys_floats=[1.0, float("nan"), 2.0],
                  values_floats=[10.0, 20.0, 30.0]), np.array([1, np.nan, 3, 2], np.float32))
-    check(_model("LabelEncoder", [("X", F32)], [("Y", STR)], opset=4, keys_floats=[1.0, 2.0], values_strings=["a", "b"]),
-          np.array([[1, 2, 3]], np.float32))
+    check(_model("LabelEncoder", [("X", F32)], [("Y", STR)], opset=4, keys_floats=[1.0, 2.0],
+                 values_strings=["a", "b"]), np.array([[1, 2, 3]], np.float32))
     check(_model("LabelEncoder", [("X", STR)], [("Y", TP.INT16)], opset=4,
                  keys_tensor=helper.make_tensor("k", STR, [2], ["a", "b"]),
                  values_tensor=helper.make_tensor("v", TP.INT16, [2], [3, 4]),
@@ -284,7 +284,8 @@ def test_tree_ensemble_regressor_double_opset1_and_as_tensor():
     # int64 input (no onnxruntime kernel): same result as the float input holding the same values
     xi = np.nan_to_num(x * 2).astype(np.int64)
     (yi,) = _run(_model("TreeEnsembleRegressor", [("X", I64)], [("Y", F32)], **attrs), xi)
-    (yf,) = _run(_model("TreeEnsembleRegressor", [("X", F32)], [("Y", F32)], **attrs), xi.astype(np.float32), engine=ort)
+    mf = _model("TreeEnsembleRegressor", [("X", F32)], [("Y", F32)], **attrs)
+    (yf,) = _run(mf, xi.astype(np.float32), engine=ort)
     np.testing.assert_allclose(yi, yf, rtol=1e-5)
 
 
@@ -296,8 +297,9 @@ def test_tree_ensemble_classifier(n_classes, post):
     for trial in range(40):
         ids = ["all", "one0", "one1"][trial % 3]
         pool = {"all": None, "one0": [0], "one1": [n_classes - 1]}[ids]
+        # leaves without votes only for two classes (onnxruntime fails on a row without any vote otherwise)
         nodes, leaf = random_forest(rng, int(rng.integers(1, 4)), 3, n_classes, pool=pool,
-                                    positive=bool(trial % 2), votes=(0, 2))
+                                    positive=bool(trial % 2), votes=(0 if n_classes == 2 else 1, 2))
         if not leaf["ids"]:
             continue
         n_base = [0, n_classes, 1 if n_classes == 2 else 0][int(rng.integers(3))]
@@ -328,8 +330,8 @@ def test_tree_ensemble_classifier_zipmap_pipeline():
                            class_treeids=leaf["treeids"], class_nodeids=leaf["nodeids"], class_ids=leaf["ids"],
                            class_weights=leaf["weights"], post_transform="SOFTMAX", **nodes)
     zm = helper.make_node("ZipMap", ["prob"], ["probabilities"], domain=ML, classlabels_int64s=[0, 1, 2])
-    graph = helper.make_graph([cls, zm], "g", [_vi("X", F32)],
-                              [_vi("label", I64), _vi("probabilities", helper.make_sequence_type_proto(_map(I64, F32)))])
+    seq = helper.make_sequence_type_proto(_map(I64, F32))
+    graph = helper.make_graph([cls, zm], "g", [_vi("X", F32)], [_vi("label", I64), _vi("probabilities", seq)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid(ML, 3)],
                               ir_version=9).SerializeToString()
     x = random_x(rng, 12, 4)
@@ -492,7 +494,8 @@ def test_linear_classifier_and_regressor():
         else:
             attrs["classlabels_ints"] = rng.choice(50, size=c, replace=False).tolist()
         m = _model("LinearClassifier", [("X", t)], [("Y", STR if strings else I64), ("Z", F32)], **attrs)
-        check(m, (rng.normal(size=(10, f)) * 2).astype(dt))
+        # onnxruntime's softmax uses an approximate exp (errors up to ~5e-4 for tiny probabilities)
+        check(m, (rng.normal(size=(10, f)) * 2).astype(dt), atol=1e-3)
     for trial in range(20):
         f, n_t = int(rng.integers(1, 5)), int(rng.integers(1, 4))
         post = (POSTS + ["PROBIT"])[trial % 5]
@@ -500,7 +503,8 @@ def test_linear_classifier_and_regressor():
         m = _model("LinearRegressor", [("X", F32)], [("Y", F32)], targets=n_t, post_transform=post,
                    coefficients=(np.round(rng.normal(size=n_t * f), 2) * scale).tolist(),
                    intercepts=[0.5] * n_t if post == "PROBIT" else np.round(rng.normal(size=n_t), 2).tolist())
-        check(m, rng.normal(size=(10, f)).astype(np.float32), rtol=2e-3)
+        # (onnxruntime's float32 probit loses ~1e-4 near p = 0.5)
+        check(m, rng.normal(size=(10, f)).astype(np.float32), rtol=2e-3, atol=5e-4)
 
 
 def _svc_attrs(rng, c, f, kernel_type, proba):

@@ -1,0 +1,5 @@
+import sys
+
+from . import cli_main
+
+sys.exit(cli_main())
