@@ -424,3 +424,13 @@ def test_outputs_never_alias_initializers_or_feeds():
     assert (x == 1).all()
     a2, _, _ = s.run(None, {"X": x})
     np.testing.assert_array_equal(a2.reshape(-1), np.arange(6))
+
+
+def test_negative_dim_value_is_a_free_dimension():
+    X = helper.make_tensor_value_info("X", TensorProto.FLOAT, [-1, 3])
+    Y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [-1, 3])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "g", [X], [Y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    a, b = _both(m.SerializeToString())
+    assert a.get_inputs()[0].shape == b.get_inputs()[0].shape == [None, 3]
+    assert a.run(None, {"X": np.ones((2, 3), np.float32)})[0].shape == (2, 3)

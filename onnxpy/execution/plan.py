@@ -8,6 +8,7 @@ die after it (free-after lists) so a run holds only live intermediates.  A plan 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,10 +16,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import custom_ops
 from ..capi.onnxruntime_pybind11_state import InvalidGraph, NotImplemented as OrtNotImplemented
 from ..ir.model import Graph, Node
 from ..ops import load_all, registry
 
+_log = logging.getLogger("onnxpy.plan")
 SINK = 0  # slot 0 always holds None: absent optional inputs read it, absent optional outputs write it
 
 
@@ -143,9 +146,9 @@ class Planner:
     # -- kernel resolution -------------------------------------------------------------------------
     def resolve(self, node: Node):
         dom = "" if node.domain in ("", "ai.onnx") else node.domain
-        custom = self.custom_ops.get((dom, node.op_type))
-        if custom is not None:
-            return custom
+        custom = custom_ops.resolve(self.custom_ops, dom, node.op_type, self.opsets.get(dom))
+        if custom is not None:  # custom ops receive the node's attributes as kwargs, like built-in kernels
+            return custom_ops.kernel_info(custom, dom, node.op_type)
         opset = self.opsets.get(dom)
         if opset is None:
             if dom in ("com.microsoft", "com.microsoft.nchwc", "ai.onnx.ml", "ai.onnx.preview.training",
@@ -161,6 +164,8 @@ class Planner:
         if self.function_expander is not None:
             fk = self.function_expander(node, dom, opset, self)
             if fk is not None:
+                _log.info("fallback: no kernel for %s(%d) in domain '%s'; node '%s' runs the op's ONNX function body",
+                          node.op_type, opset, dom or "ai.onnx", node.name)
                 return fk
         have = registry.versions_of(dom, node.op_type)
         detail = (f"kernels exist from opset(s) {have}" if have else "no kernel is implemented for it")

@@ -151,7 +151,10 @@ def decode_type(tp) -> TypeInfo | None:
             dims = []
             for d in tt.shape.dim:
                 w = d.WhichOneof("value")
-                dims.append(int(d.dim_value) if w == "dim_value" else (d.dim_param if w == "dim_param" else None))
+                if w == "dim_value":  # a negative dim_value means "unknown", as onnxruntime treats it
+                    dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
+                else:
+                    dims.append(d.dim_param if w == "dim_param" else None)
             shape = tuple(dims)
             den = tuple(d.denotation for d in tt.shape.dim)
         kind = "tensor" if which == "tensor_type" else "sparse_tensor"

@@ -109,9 +109,7 @@ def simplified_layer_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_typ
     except ValueError:
         raise ValueError(f"{op}: scale of shape {sc.shape} does not broadcast to the normalized shape "
                          f"{trailing}") from None
-    cd = _F64 if x.dtype == _F64 and int(stash_type) != 1 else _F32
-    if x.dtype == _F64:
-        cd = _F64
+    cd = _cd(x.dtype)
     rows = math.prod(x.shape[:ax])
     x2 = x.astype(cd).reshape(rows, -1)
     y, _, inv = _layer_norm_rows(x2, epsilon, True)

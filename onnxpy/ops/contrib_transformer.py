@@ -537,15 +537,15 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         keep = (j[None, :buf] < past[:, None])[:, None, :, None]
         present_k[:, :, :buf] = np.where(keep, pk.astype(cd, copy=False), 0)
         present_v[:, :, :buf] = np.where(keep, pv.astype(cd, copy=False), 0)
-    if (past == past[0]).all():
+    if B and (past == past[0]).all():
         p0 = int(past[0])
         present_k[:, :, p0:p0 + S] = k_new
         present_v[:, :, p0:p0 + S] = v_new
-    else:
-        for b in range(B):  # ragged decoding: one slice per batch entry
-            p0 = int(past[b])
-            present_k[b, :, p0:p0 + S] = k_new[b]
-            present_v[b, :, p0:p0 + S] = v_new[b]
+    elif B:  # ragged batch: scatter each entry's rows at its own offset
+        bidx = np.arange(B)[:, None]
+        rows = past[:, None] + np.arange(S)[None, :]
+        present_k[bidx, :, rows] = k_new.transpose(0, 2, 1, 3)
+        present_v[bidx, :, rows] = v_new.transpose(0, 2, 1, 3)
 
     T = int(total.max()) if B else 0
     T = max(T, 1)
@@ -576,7 +576,7 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         sink = _float_arr(head_sink, op, "head_sink").astype(cd).reshape(1, N, 1, 1)
     elif smooth_softmax is not None and int(smooth_softmax) > 0:
         sink = cd.type(0)
-    qk = s.copy() if int(qk_output) == 1 else None
+    qk = np.where(masked[:, None], cd.type(0), s) if int(qk_output) == 1 else None  # masked scores read as 0
     p = _softmax(s, sink)
     if int(qk_output) == 2:
         qk = p.copy()

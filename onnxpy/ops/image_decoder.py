@@ -3,7 +3,8 @@
 Decodes PNG (all colour types and bit depths, Adam7 interlacing), BMP (1/4/8/16/24/32 bits, BI_RGB/BITFIELDS),
 PNM (P1-P6), TIFF (8-bit strips: uncompressed, PackBits, LZW, Deflate; horizontal predictor) and sequential
 Huffman JPEG (see ``_jpeg``) with numpy and zlib.  JPEG 2000, WebP and progressive JPEG are recognised but not
-decoded (they need codecs this runtime does not ship): the kernel raises a clear error for them.  A stream that
+decoded by this module (they need codecs of their own): when the optional extra ``onnxpy[image]`` (Pillow) is
+installed they are decoded through it, otherwise the kernel raises a clear error naming the extra.  A stream that
 is corrupt or in an unknown format gives an empty ``(0, 0, C)`` image, as the spec requires.
 """
 
@@ -443,6 +444,21 @@ def _decode(buf: bytes) -> np.ndarray:
     raise _Corrupt("unknown image format")
 
 
+def _decode_with_pillow(buf: bytes, why: UnsupportedImageFormat) -> np.ndarray:
+    """Formats this module does not decode (WebP, JPEG 2000, progressive JPEG...) through Pillow, if installed."""
+    try:
+        import io
+
+        from PIL import Image
+    except ImportError:
+        raise UnsupportedImageFormat(f"{why} (install the optional extra onnxpy[image] to decode it)") from None
+    try:
+        with Image.open(io.BytesIO(buf)) as im:
+            return np.asarray(im.convert("RGB"))
+    except Exception as e:  # noqa: BLE001 - Pillow's decoder errors, reported as unsupported input
+        raise UnsupportedImageFormat(f"{why}; Pillow could not decode it either: {e}") from None
+
+
 @kernel("ImageDecoder", since=20)
 def image_decoder(encoded_stream, *, pixel_format="RGB"):
     if pixel_format not in ("RGB", "BGR", "Grayscale"):
@@ -455,8 +471,8 @@ def image_decoder(encoded_stream, *, pixel_format="RGB"):
     channels = 1 if pixel_format == "Grayscale" else 3
     try:
         img = _decode(data.tobytes())
-    except UnsupportedImageFormat:
-        raise
+    except UnsupportedImageFormat as e:
+        img = _decode_with_pillow(data.tobytes(), e)
     except (_Corrupt, struct.error, KeyError, IndexError, ValueError):
         return np.zeros((0, 0, channels), dtype=np.uint8)
     if img.ndim == 2:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 import threading
@@ -155,9 +156,19 @@ def cli_main(argv=None) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"onnxpy serve: listening on http://{host}:{port}", flush=True)
     server = _uvicorn_server(app, args.log_level, args.graceful_timeout)
+    # uvicorn handles SIGTERM/SIGINT (stop accepting, let in-flight requests finish, run the lifespan shutdown)
+    # and then re-raises the signal to the handler it found; with these no-op handlers the command exits 0.
+    received = []
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
-    print("onnxpy serve: stopped", flush=True)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+    why = f" ({signal.Signals(received[0]).name})" if received else ""
+    print(f"onnxpy serve: stopped{why}", flush=True)
     return 0

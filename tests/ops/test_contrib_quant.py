@@ -560,3 +560,27 @@ def test_matmul_nbits_quantizer_model(tmp_path):
         assert any(n.op_type == "MatMulNBits" for n in qm.graph.node)
         x = RNG.standard_normal((3, 64)).astype(np.float32)
         _compare_models(path, x, atol=1e-4)
+
+
+def test_matmul_nbits_g_idx_uint8_zero_points_formula():
+    # onnxruntime 1.32 ignores uint8 zero points when g_idx is given; onnxpy follows the documented formula
+    K, bs, N, bits = 64, 16, 5, 4
+    A, B, S, zp = _nbits_case(bits, K, bs, N)
+    gi = RNG.integers(0, K // bs, K).astype(np.int32)
+    m, feeds = _model("MatMulNBits", [A, B, S, _pack(zp, bits), gi], inits=(1, 2, 3, 4), K=K, N=N, block_size=bs,
+                      bits=bits)
+    (y,) = onnxpy.InferenceSession(m.SerializeToString()).run(None, feeds)
+    q = np.stack([(B.reshape(N, -1) & 15), (B.reshape(N, -1) >> 4)], -1).reshape(N, K).astype(np.float64)
+    w = (q - zp[:, gi]) * S[:, gi]
+    np.testing.assert_allclose(y, A @ w.T, atol=1e-4, rtol=1e-5)
+
+
+def test_qlinear_bad_inputs():
+    a = _rand_q(np.uint8, (2, 3))
+    m, feeds = _model("QLinearAdd", [a, np.float32(0.1), np.array(1, np.uint8), a.astype(np.int8), np.float32(0.1),
+                                     np.array(1, np.int8), np.float32(0.1), np.array(1, np.uint8)])
+    with pytest.raises(Exception, match="same type"):
+        onnxpy.InferenceSession(m.SerializeToString()).run(None, feeds)
+    m, feeds = _model("QLinearConcat", [np.float32(0.1), np.array(1, np.uint8), a, np.float32(0.1)], axis=0)
+    with pytest.raises(Exception, match="triples"):
+        onnxpy.InferenceSession(m.SerializeToString()).run(None, feeds)
