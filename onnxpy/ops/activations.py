@@ -275,6 +275,11 @@ def _axis(axis, ndim, op, allow_end=False):
 def _softmax(x, axes):
     if x.size == 0:
         return x.copy()
+    if x.dtype == np.float16:
+        # The spec defines Softmax-13 as a function of Exp/ReduceMax/ReduceSum/Div at the input type: compute it
+        # step by step in float16 (onnxruntime accumulates in float32; the two differ by at most one ulp).
+        e = np.exp(x - x.max(axis=axes, keepdims=True))
+        return e / e.sum(axis=axes, keepdims=True)
     xf = _up(x)
     e = xf - xf.max(axis=axes, keepdims=True)
     np.exp(e, out=e)

@@ -197,16 +197,18 @@ def _random_attr(name, a, rng: random.Random, rank: int):
         return helper.make_attribute(name, rng.choice([0.0, 0.5, 1.0, -1.0, 1e-5, 3.0, float("nan")]))
     if t == AttributeProto.INTS:
         n = rng.randint(0, max(rank, 1) * 2)
-        return helper.make_attribute(name, [rng.choice(_INT_ATTRS_SMALL) for _ in range(n)])
+        return helper.make_attribute(name, [rng.choice(_INT_ATTRS_SMALL) for _ in range(n)], attr_type=t)
     if t == AttributeProto.FLOATS:
-        return helper.make_attribute(name, [rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(rng.randint(0, 4))])
+        return helper.make_attribute(name, [rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(rng.randint(0, 4))],
+                                      attr_type=t)
     if t == AttributeProto.STRING:
         choices = ["", "NOTSET", "SAME_UPPER", "VALID", "linear", "nearest", "constant", "reflect", "edge",
                    "half_pixel", "asymmetric", "DCR", "CRD", "mean", "sum", "max", "none", "tanh", "Relu",
                    "Sigmoid", "forward", "reverse", "bidirectional", "round_prefer_floor", "floor", "ceil"]
         return helper.make_attribute(name, rng.choice(choices))
     if t == AttributeProto.STRINGS:
-        return helper.make_attribute(name, [rng.choice(["a", "b", "Relu", "Tanh"]) for _ in range(rng.randint(0, 3))])
+        return helper.make_attribute(name, [rng.choice(["a", "b", "Relu", "Tanh"]) for _ in range(rng.randint(0, 3))],
+                                      attr_type=t)
     if t == AttributeProto.TENSOR:
         arr = np.asarray(rng.choice([0.0, 1.0, 2.5]), dtype=rng.choice([np.float32, np.int64]))
         if rng.random() < 0.5:
