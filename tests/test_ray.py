@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
 
 import numpy as np

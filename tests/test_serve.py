@@ -435,6 +435,20 @@ def test_request_timeout(server):
     assert status == 200 and json.loads(body)["outputs"][0]["shape"] == []
 
 
+def test_event_loop_not_blocked_by_inference(server):
+    """While the slow model computes in a worker thread, other endpoints answer."""
+    req = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [0.5]}]}
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(http, server, "POST", "/v2/models/slow/infer", req)
+        seen_inflight = False
+        while not fut.done():
+            text = metrics(server)  # answered even while the worker is busy
+            seen_inflight |= metric_value(text, "onnxpy_inference_inflight", model="slow") >= 1
+            assert http(server, "GET", "/v2/health/live")[0] == 200
+        assert fut.result()[0] == 200
+    assert seen_inflight
+
+
 def test_dynamic_batching_merges_and_splits(server, cnn_ref):
     """cnn_b4 waits up to 5 s for 4 rows: 4 concurrent single-image requests run as exactly one session call."""
     before = metric_value(metrics(server), "onnxpy_inference_executions_total", model="cnn_b4")

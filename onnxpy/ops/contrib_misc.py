@@ -329,7 +329,9 @@ def irfft(X, *, normalized=0, onesided=1, signal_ndim=None):
 
 @kernel("SparseToDenseMatMul", since=1, domain=MS_DOMAIN)
 def sparse_to_dense_matmul(A, B, *, alpha=1.0, transA=0, transB=0):
-    """alpha * op(A) @ op(B) with A a 2-D sparse matrix (densified by the loader / session)."""
+    """alpha * op(A) @ op(B) with A a 2-D sparse matrix (densified by the loader / session).
+
+    As in onnxruntime, alpha is applied for float32 only (its double and integer kernels ignore it)."""
     op = "SparseToDenseMatMul"
     A = np.asarray(A)
     if A.ndim != 2:
@@ -342,12 +344,13 @@ def sparse_to_dense_matmul(A, B, *, alpha=1.0, transA=0, transB=0):
     b = B.T if transB else B
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"{op}: inner dimensions differ: op(A) {list(a.shape)}, op(B) {list(b.shape)}")
-    if B.dtype.kind == "f":
+    # onnxruntime scales by alpha in its float32 kernel only; the double and integer kernels ignore alpha
+    if B.dtype == np.float32:
         y = a @ b
         if float(alpha) != 1.0:
-            y = y * B.dtype.type(alpha)
+            y = y * np.float32(alpha)
         return y.astype(B.dtype, copy=False)
-    y = a.astype(np.int64) @ b.astype(np.int64) if B.dtype.kind == "i" else a.astype(np.uint64) @ b.astype(np.uint64)
-    if float(alpha) != 1.0:
-        y = (y * float(alpha)).astype(np.int64)
-    return y.astype(B.dtype)
+    if B.dtype.kind == "f":
+        return (a @ b).astype(B.dtype, copy=False)
+    wide = np.int64 if B.dtype.kind == "i" else np.uint64
+    return (a.astype(wide) @ b.astype(wide)).astype(B.dtype)

@@ -63,219 +63,202 @@ def _reduce_axes(g, n):
     return None
 
 
-class LayerNormFusion(Pass):
-    name = "LayerNormFusion"
-    level = 1
+class AnchoredFusion(Pass):
+    """A fusion found from one anchor node: ``match`` returns (replacement, matched nodes) or None.
+
+    The matched nodes (anchor included) are removed and the replacement takes the place of the last of them,
+    which keeps the node list topologically ordered; the matcher is rebuilt after each rewrite.
+    """
+
+    anchor = ""  # op type of the anchor node
+    anchor_domain = ""  # "" means the ONNX domain
 
     def apply(self, g, ctx):
         m = _Matcher(g, ctx)
         done = 0
-        for add in list(g.nodes):
-            if not _is(add, "Add"):
+        domains = (self.anchor_domain,) if self.anchor_domain else ("", "ai.onnx")
+        gone: set = set()  # ids of nodes removed earlier in this sweep
+        for node in list(g.nodes):
+            if node.op_type != self.anchor or node.domain not in domains or id(node) in gone:
                 continue
-            mul = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "Mul")), None)
-            if mul is None or not m.single_use(mul.outputs[0]):
+            found = self.match(node, m, g, ctx)
+            if found is None:
                 continue
-            beta = m.other_input(add, mul.outputs[0])
-            div = next((m.producer(x) for x in mul.inputs if _is(m.producer(x), "Div")), None)
-            if div is None or beta not in g.initializers or not m.single_use(div.outputs[0]):
-                continue
-            gamma = m.other_input(mul, div.outputs[0])
-            if gamma not in g.initializers:
-                continue
-            sub, sqrt = m.producer(div.inputs[0]), m.producer(div.inputs[1])
-            if not (_is(sub, "Sub") and _is(sqrt, "Sqrt")):
-                continue
-            eps_add = m.producer(sqrt.inputs[0])
-            if not _is(eps_add, "Add"):
-                continue
-            var = next((m.producer(x) for x in eps_add.inputs if _is(m.producer(x), "ReduceMean")), None)
-            if var is None:
-                continue
-            eps = _scalar(g, m.other_input(eps_add, var.outputs[0]))
-            sq = m.producer(var.inputs[0])
-            if eps is None or sq is None:
-                continue
-            if _is(sq, "Pow"):
-                if sq.inputs[0] != sub.outputs[0] or _scalar(g, sq.inputs[1]) != 2.0:
-                    continue
-            elif _is(sq, "Mul"):
-                if sq.inputs != [sub.outputs[0], sub.outputs[0]]:
-                    continue
-            else:
-                continue
-            mean = m.producer(sub.inputs[1])
-            x = sub.inputs[0]
-            if not _is(mean, "ReduceMean") or mean.inputs[0] != x:
-                continue
-            axes1, axes2 = _reduce_axes(g, mean), _reduce_axes(g, var)
-            if axes1 is None or axes1 != axes2 or len(axes1) != 1 or axes1[0] != -1:
-                continue
-            if mean.attrs.get("keepdims", 1) != 1 or var.attrs.get("keepdims", 1) != 1:
-                continue
-            inner = [sub, sq, var, eps_add, sqrt, div, mul]
-            if any(not m.single_use(n.outputs[0]) for n in (var, eps_add, sqrt)):
-                continue
-            sub_readers = m.cons.get(sub.outputs[0], [])
-            if set(map(id, sub_readers)) != {id(sq), id(div)} or sub.outputs[0] in m.outs:
-                continue
-            if not m.single_use(mean.outputs[0]):
-                continue
-            ln = Node("LayerNormalization", "", [x, gamma, beta], [add.outputs[0]],
-                      {"axis": -1, "epsilon": eps}, name=ctx.fresh("LayerNorm"))
-            idx = g.nodes.index(add)
-            g.nodes[idx] = ln
-            for n in inner + [mean]:
-                g.nodes.remove(n)
+            new, matched = found
+            ids = {id(n) for n in matched}
+            last = max(i for i, n in enumerate(g.nodes) if id(n) in ids)
+            g.nodes[last] = new
+            g.nodes[:] = [n for n in g.nodes if id(n) not in ids]
+            gone |= ids
             m = _Matcher(g, ctx)
             done += 1
         return done
 
+    def match(self, node, m: _Matcher, g, ctx):  # pragma: no cover - interface
+        raise NotImplementedError
 
-class GeluFusion(Pass):
+
+class LayerNormFusion(AnchoredFusion):
+    name = "LayerNormFusion"
+    level = 1
+    anchor = "Add"
+
+    def match(self, add, m, g, ctx):
+        mul = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "Mul")), None)
+        if mul is None or not m.single_use(mul.outputs[0]):
+            return None
+        beta = m.other_input(add, mul.outputs[0])
+        div = next((m.producer(x) for x in mul.inputs if _is(m.producer(x), "Div")), None)
+        if div is None or beta not in g.initializers or not m.single_use(div.outputs[0]):
+            return None
+        gamma = m.other_input(mul, div.outputs[0])
+        if gamma not in g.initializers:
+            return None
+        sub, sqrt = m.producer(div.inputs[0]), m.producer(div.inputs[1])
+        if not (_is(sub, "Sub") and _is(sqrt, "Sqrt")):
+            return None
+        eps_add = m.producer(sqrt.inputs[0])
+        if not _is(eps_add, "Add"):
+            return None
+        var = next((m.producer(x) for x in eps_add.inputs if _is(m.producer(x), "ReduceMean")), None)
+        if var is None:
+            return None
+        eps = _scalar(g, m.other_input(eps_add, var.outputs[0]))
+        sq = m.producer(var.inputs[0])
+        if eps is None or sq is None:
+            return None
+        if _is(sq, "Pow"):
+            if sq.inputs[0] != sub.outputs[0] or _scalar(g, sq.inputs[1]) != 2.0:
+                return None
+        elif not (_is(sq, "Mul") and sq.inputs == [sub.outputs[0], sub.outputs[0]]):
+            return None
+        mean = m.producer(sub.inputs[1])
+        x = sub.inputs[0]
+        if not _is(mean, "ReduceMean") or mean.inputs[0] != x:
+            return None
+        axes1, axes2 = _reduce_axes(g, mean), _reduce_axes(g, var)
+        if axes1 is None or axes1 != axes2 or len(axes1) != 1 or axes1[0] != -1:
+            return None
+        if mean.attrs.get("keepdims", 1) != 1 or var.attrs.get("keepdims", 1) != 1:
+            return None
+        if any(not m.single_use(n.outputs[0]) for n in (var, eps_add, sqrt, mean)):
+            return None
+        sub_readers = m.cons.get(sub.outputs[0], [])
+        if set(map(id, sub_readers)) != {id(sq), id(div)} or sub.outputs[0] in m.outs:
+            return None
+        ln = Node("LayerNormalization", "", [x, gamma, beta], [add.outputs[0]],
+                  {"axis": -1, "epsilon": eps}, name=ctx.fresh("LayerNorm"))
+        return ln, [sub, sq, var, eps_add, sqrt, div, mul, mean, add]
+
+
+def _near(value, target):
+    return value is not None and abs(value - target) < 1e-4
+
+
+class GeluFusion(AnchoredFusion):
     """Mul(Mul(x, 0.5)?, Add(Erf(Div(x, sqrt2)), 1)) in the orders exporters write."""
 
     name = "GeluFusion"
     level = 2
+    anchor = "Erf"
 
-    def apply(self, g, ctx):
-        m = _Matcher(g, ctx)
-        done = 0
-        for erf in list(g.nodes):
-            if not _is(erf, "Erf"):
-                continue
-            div = m.producer(erf.inputs[0])
-            if _is(div, "Div") and abs((_scalar(g, div.inputs[1]) or 0) - math.sqrt(2)) < 1e-4:
-                pass
-            elif _is(div, "Mul") and abs((_scalar(g, div.inputs[1]) or 0) - 1 / math.sqrt(2)) < 1e-4:
-                pass
-            else:
-                continue
-            x = div.inputs[0]
-            readers = m.cons.get(erf.outputs[0], [])
-            if len(readers) != 1 or not _is(readers[0], "Add"):
-                continue
-            add1 = readers[0]
-            if _scalar(g, m.other_input(add1, erf.outputs[0])) != 1.0:
-                continue
-            r2 = m.cons.get(add1.outputs[0], [])
-            if len(r2) != 1 or not _is(r2[0], "Mul"):
-                continue
-            mul1 = r2[0]
-            other = m.other_input(mul1, add1.outputs[0])
-            half_first = m.producer(other)
-            chain = [div, erf, add1, mul1]
-            if other == x:
-                # (x * (1 + erf)) * 0.5
-                r3 = m.cons.get(mul1.outputs[0], [])
-                if len(r3) != 1 or not _is(r3[0], "Mul") or _scalar(g, m.other_input(r3[0], mul1.outputs[0])) != 0.5:
-                    continue
-                last = r3[0]
-                chain.append(last)
-            elif _is(half_first, "Mul") and x in half_first.inputs and \
-                    _scalar(g, m.other_input(half_first, x)) == 0.5 and m.single_use(other):
-                last = mul1
-                chain.append(half_first)
-            else:
-                continue
-            if any(not m.single_use(n.outputs[0]) for n in chain if n is not last):
-                continue
-            gelu = Node("Gelu", MS, [x], [last.outputs[0]], {}, name=ctx.fresh("Gelu"))
-            g.nodes[g.nodes.index(last)] = gelu
-            for n in chain:
-                if n is not last:
-                    g.nodes.remove(n)
-            m = _Matcher(g, ctx)
-            done += 1
-        return done
+    def match(self, erf, m, g, ctx):
+        div = m.producer(erf.inputs[0])
+        if not ((_is(div, "Div") and _near(_scalar(g, div.inputs[1]), math.sqrt(2)))
+                or (_is(div, "Mul") and _near(_scalar(g, div.inputs[1]), 1 / math.sqrt(2)))):
+            return None
+        x = div.inputs[0]
+        add1 = self._only_reader(m, erf, "Add")
+        if add1 is None or _scalar(g, m.other_input(add1, erf.outputs[0])) != 1.0:
+            return None
+        mul1 = self._only_reader(m, add1, "Mul")
+        if mul1 is None:
+            return None
+        other = m.other_input(mul1, add1.outputs[0])
+        half_first = m.producer(other)
+        chain = [div, erf, add1, mul1]
+        if other == x:  # (x * (1 + erf)) * 0.5
+            last = self._only_reader(m, mul1, "Mul")
+            if last is None or _scalar(g, m.other_input(last, mul1.outputs[0])) != 0.5:
+                return None
+            chain.append(last)
+        elif _is(half_first, "Mul") and x in half_first.inputs and m.single_use(other) \
+                and _scalar(g, m.other_input(half_first, x)) == 0.5:  # (x * 0.5) * (1 + erf)
+            last = mul1
+            chain.append(half_first)
+        else:
+            return None
+        if any(not m.single_use(n.outputs[0]) for n in chain if n is not last):
+            return None
+        return Node("Gelu", MS, [x], [last.outputs[0]], {}, name=ctx.fresh("Gelu")), chain
+
+    @staticmethod
+    def _only_reader(m, node, op):
+        readers = m.cons.get(node.outputs[0], [])
+        return readers[0] if len(readers) == 1 and _is(readers[0], op) else None
 
 
-class BiasGeluFusion(Pass):
+class BiasGeluFusion(AnchoredFusion):
     name = "BiasGeluFusion"
     level = 2
+    anchor = "Gelu"
+    anchor_domain = MS
 
-    def apply(self, g, ctx):
-        m = _Matcher(g, ctx)
-        done = 0
-        for gelu in list(g.nodes):
-            if gelu.op_type != "Gelu" or gelu.domain != MS:
-                continue
-            add = m.producer(gelu.inputs[0])
-            if not _is(add, "Add") or not m.single_use(add.outputs[0]):
-                continue
-            bias = next((x for x in add.inputs if x in g.initializers and g.initializers[x].ndim == 1), None)
-            if bias is None:
-                continue
-            x = m.other_input(add, bias)
-            bg = Node("BiasGelu", MS, [x, bias], list(gelu.outputs), {}, name=ctx.fresh("BiasGelu"))
-            g.nodes[g.nodes.index(gelu)] = bg
-            g.nodes.remove(add)
-            m = _Matcher(g, ctx)
-            done += 1
-        return done
+    def match(self, gelu, m, g, ctx):
+        add = m.producer(gelu.inputs[0])
+        if not _is(add, "Add") or not m.single_use(add.outputs[0]):
+            return None
+        bias = next((x for x in add.inputs if x in g.initializers and g.initializers[x].ndim == 1), None)
+        if bias is None:
+            return None
+        x = m.other_input(add, bias)
+        return Node("BiasGelu", MS, [x, bias], list(gelu.outputs), {}, name=ctx.fresh("BiasGelu")), [add, gelu]
 
 
-class SkipLayerNormFusion(Pass):
+class SkipLayerNormFusion(AnchoredFusion):
     name = "SkipLayerNormFusion"
     level = 2
+    anchor = "LayerNormalization"
 
-    def apply(self, g, ctx):
-        m = _Matcher(g, ctx)
-        done = 0
-        for ln in list(g.nodes):
-            if not _is(ln, "LayerNormalization") or len([o for o in ln.outputs if o]) != 1:
-                continue
-            if ln.attrs.get("axis", -1) != -1 or len(ln.inputs) < 2:
-                continue
-            add = m.producer(ln.inputs[0])
-            if not _is(add, "Add") or not m.single_use(add.outputs[0]):
-                continue
-            a, b = add.inputs
-            if a in g.initializers or b in g.initializers:
-                continue
-            inputs = [a, b, ln.inputs[1]] + ([ln.inputs[2]] if len(ln.inputs) > 2 and ln.inputs[2] else [])
-            sln = Node("SkipLayerNormalization", MS, inputs, [ln.outputs[0]],
-                       {"epsilon": ln.attrs.get("epsilon", 1e-5)}, name=ctx.fresh("SkipLayerNorm"))
-            g.nodes[g.nodes.index(ln)] = sln
-            g.nodes.remove(add)
-            m = _Matcher(g, ctx)
-            done += 1
-        return done
+    def match(self, ln, m, g, ctx):
+        if len([o for o in ln.outputs if o]) != 1 or ln.attrs.get("axis", -1) != -1 or len(ln.inputs) < 2:
+            return None
+        add = m.producer(ln.inputs[0])
+        if not _is(add, "Add") or not m.single_use(add.outputs[0]):
+            return None
+        a, b = add.inputs
+        if a in g.initializers or b in g.initializers:
+            return None
+        inputs = [a, b, ln.inputs[1]] + ([ln.inputs[2]] if len(ln.inputs) > 2 and ln.inputs[2] else [])
+        sln = Node("SkipLayerNormalization", MS, inputs, [ln.outputs[0]],
+                   {"epsilon": ln.attrs.get("epsilon", 1e-5)}, name=ctx.fresh("SkipLayerNorm"))
+        return sln, [add, ln]
 
 
-class MatMulAddFusion(Pass):
+class MatMulAddFusion(AnchoredFusion):
     name = "MatMulAddFusion"
     level = 1
+    anchor = "Add"
 
-    def apply(self, g, ctx):
-        m = _Matcher(g, ctx)
-        done = 0
-        for add in list(g.nodes):
-            if not _is(add, "Add"):
-                continue
-            mm = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "MatMul")), None)
-            if mm is None or not m.single_use(mm.outputs[0]):
-                continue
-            bias = m.other_input(add, mm.outputs[0])
-            w = g.initializers.get(mm.inputs[1])
-            b = g.initializers.get(bias)
-            if w is None or b is None or w.ndim != 2 or b.ndim > 2 or w.dtype.kind != "f" or b.dtype != w.dtype:
-                continue
-            if b.ndim == 2 and b.shape[0] != 1:
-                continue
-            x_info = ctx.value_type(g, mm.inputs[0])
-            if x_info is None or x_info.shape is None or len(x_info.shape) != 2:
-                continue
-            gemm = Node("Gemm", "", [mm.inputs[0], mm.inputs[1], bias], [add.outputs[0]], {},
-                        name=ctx.fresh("Gemm"))
-            g.nodes[g.nodes.index(add)] = gemm
-            g.nodes.remove(mm)
-            m = _Matcher(g, ctx)
-            done += 1
-        return done
+    def match(self, add, m, g, ctx):
+        mm = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "MatMul")), None)
+        if mm is None or not m.single_use(mm.outputs[0]):
+            return None
+        bias = m.other_input(add, mm.outputs[0])
+        w = g.initializers.get(mm.inputs[1])
+        b = g.initializers.get(bias)
+        if w is None or b is None or w.ndim != 2 or b.ndim > 2 or w.dtype.kind != "f" or b.dtype != w.dtype:
+            return None
+        if b.ndim == 2 and b.shape[0] != 1:
+            return None
+        x_info = ctx.value_type(g, mm.inputs[0])
+        if x_info is None or x_info.shape is None or len(x_info.shape) != 2:
+            return None
+        gemm = Node("Gemm", "", [mm.inputs[0], mm.inputs[1], bias], [add.outputs[0]], {}, name=ctx.fresh("Gemm"))
+        return gemm, [mm, add]
 
 
 FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
-__all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "np"]
+__all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "np"]
