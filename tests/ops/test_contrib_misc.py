@@ -182,7 +182,8 @@ def test_maxpool_with_mask(shape, ks, attrs, mask_first):
 
 
 @pytest.mark.parametrize("dt", [np.int8, np.uint8])
-@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2]), dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1]),
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], strides=[2, 2]),
+                                   dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1]),
                                    dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER"),
                                    dict(kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, strides=[2, 2])])
 def test_nhwc_max_pool(dt, attrs):
@@ -433,7 +434,8 @@ def test_nchwc_aligned_pools_upsample_concat(c, tmp_path):
         helper.make_node("AveragePool", ["a3"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
         helper.make_node("Resize", ["ap", "", "sc"], ["up"], mode="nearest",
                          coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
-        helper.make_node("Resize", ["up", "", "sc"], ["up2"], mode="linear", coordinate_transformation_mode="asymmetric"),
+        helper.make_node("Resize", ["up", "", "sc"], ["up2"], mode="linear",
+                         coordinate_transformation_mode="asymmetric"),
         helper.make_node("Conv", ["up2", "w4"], ["c4"], strides=[2, 2], pads=[0, 0, 1, 1]),
         helper.make_node("HardSigmoid", ["c4"], ["s4"], alpha=0.3, beta=0.4),
         helper.make_node("Conv", ["up2", "w4b"], ["s4b"], strides=[2, 2], pads=[0, 0, 1, 1]),
