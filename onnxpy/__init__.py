@@ -16,6 +16,7 @@ from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunO
 from .ortvalue import OrtValue
 from .providers import get_all_providers, get_available_providers
 from .session import InferenceSession
+from .sparse import OrtSparseFormat, SparseTensor
 
 __version__ = "0.1.0"
 version = __version__
@@ -63,5 +64,5 @@ __all__ = [
     "ModelMetadata", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "get_available_providers",
     "get_all_providers", "get_device", "get_version_string", "get_build_info", "set_default_logger_severity",
     "set_seed", "Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph", "NotImplemented",
-    "RuntimeException", "EPFail", "EngineError", "NoModel", "ModelLoaded",
+    "RuntimeException", "EPFail", "EngineError", "NoModel", "ModelLoaded", "SparseTensor", "OrtSparseFormat",
 ]

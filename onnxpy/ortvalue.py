@@ -95,7 +95,18 @@ class OrtValue:
         return isinstance(self._value, np.ndarray)
 
     def is_sparse_tensor(self) -> bool:
-        return False
+        from .sparse import SparseTensor
+
+        return isinstance(self._value, SparseTensor)
+
+    @classmethod
+    def ort_value_from_sparse_tensor(cls, sparse_tensor):
+        return cls(sparse_tensor)
+
+    def as_sparse_tensor(self):
+        if not self.is_sparse_tensor():
+            raise RuntimeError("This OrtValue does not hold a sparse tensor")
+        return self._value
 
     def is_tensor_sequence(self) -> bool:
         return isinstance(self._value, list)

@@ -14,6 +14,7 @@ from .execution.threads import set_blas_threads
 from .ir.load import load_model, read_model_proto, model_from_proto
 from .nodearg import INT64_MAX, ModelMetadata, NodeArg
 from .ortvalue import OrtValue
+from .sparse import SparseTensor
 
 
 
@@ -111,7 +112,11 @@ class SessionState:
         slot, t, shape = spec
         if isinstance(value, OrtValue):
             value = value._value
+        if isinstance(value, SparseTensor):
+            value = value.to_dense()
         kind = t.kind if t is not None else "tensor"
+        if kind == "sparse_tensor":
+            kind = "tensor"
         if kind == "optional":
             if value is None:
                 return slot, None

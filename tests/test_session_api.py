@@ -434,3 +434,21 @@ def test_negative_dim_value_is_a_free_dimension():
     a, b = _both(m.SerializeToString())
     assert a.get_inputs()[0].shape == b.get_inputs()[0].shape == [None, 3]
     assert a.run(None, {"X": np.ones((2, 3), np.float32)})[0].shape == (2, 3)
+
+
+def test_sparse_tensor_feeds_like_onnxruntime():
+    dense = np.array([[0, 2, 0], [3, 0, 0]], np.float32)
+    coo = ort.SparseTensor.sparse_coo_from_numpy([2, 3], np.array([2, 3], np.float32), np.array([1, 3], np.int64))
+    csr = ort.SparseTensor.sparse_csr_from_numpy([2, 3], np.array([2, 3], np.float32), np.array([1, 0], np.int64),
+                                                  np.array([0, 1, 2], np.int64))
+    for st in (coo, csr):
+        np.testing.assert_array_equal(st.to_dense(), dense)
+    assert coo.as_coo_view().indices().tolist() == [1, 3] and csr.dense_shape() == [2, 3]
+    assert coo.data_type() == "sparse_tensor(float)"
+    X = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "g", [X],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])])
+    s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    v = ort.OrtValue.ort_value_from_sparse_tensor(coo)
+    assert v.is_sparse_tensor() and v.as_sparse_tensor() is coo
+    np.testing.assert_array_equal(s.run(None, {"X": v})[0], dense)

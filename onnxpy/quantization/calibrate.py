@@ -249,6 +249,7 @@ class HistogramCalibrater(CalibraterBase):
             raise ValueError("percentile must be in (0, 100]")
         self.hists: dict[str, tuple[np.ndarray, np.ndarray, float, float]] = {}
         self.absolute = method == "entropy" or symmetric
+        self.raw_range: dict[str, tuple[float, float]] = {}
 
     def _collect(self, batch):
         for name, v in batch.items():
@@ -256,6 +257,9 @@ class HistogramCalibrater(CalibraterBase):
             v = v[np.isfinite(v)]
             if v.size == 0:
                 continue
+            raw = self.raw_range.get(name)
+            rlo, rhi = float(v.min()), float(v.max())
+            self.raw_range[name] = (rlo, rhi) if raw is None else (min(raw[0], rlo), max(raw[1], rhi))
             if self.absolute:
                 v = np.abs(v)
             lo, hi = float(v.min()), float(v.max())
@@ -273,18 +277,25 @@ class HistogramCalibrater(CalibraterBase):
                 new_hist += np.histogram(np.clip(centers, lo, hi), bins=new_edges, weights=hist)[0]
             self.hists[name] = (new_hist, new_edges, lo, hi)
 
+    def _clip_to_observed(self, name, thr):
+        """(-thr, thr), narrowed to the observed values (a non-negative tensor keeps a [0, thr] range)."""
+        if self.symmetric:
+            return (-thr, thr)
+        rlo, rhi = self.raw_range[name]
+        return (max(-thr, rlo), min(thr, rhi))
+
     def compute_data(self) -> TensorsData:
         data = {}
         for name, (hist, edges, lo, hi) in self.hists.items():
             if self.method == "entropy":
                 thr = _entropy_threshold(hist, edges, self.num_quantized_bins)
-                rng = (-thr, thr)
+                rng = self._clip_to_observed(name, thr)
             elif self.method == "percentile":
                 cdf = np.cumsum(hist) / max(hist.sum(), 1.0)
                 if self.absolute:
                     i = int(np.searchsorted(cdf, self.percentile / 100.0))
                     thr = float(edges[min(i + 1, len(edges) - 1)])
-                    rng = (-thr, thr)
+                    rng = self._clip_to_observed(name, thr)
                 else:
                     tail = (100.0 - self.percentile) / 200.0
                     i_lo = int(np.searchsorted(cdf, tail))
@@ -336,7 +347,7 @@ def _entropy_threshold(hist: np.ndarray, edges: np.ndarray, num_quantized_bins: 
 
 class EntropyCalibrater(HistogramCalibrater):
     def __init__(self, model, op_types_to_calibrate=None, augmented_model_path="augmented_model.onnx",
-                 use_external_data_format=False, method="entropy", symmetric=False, num_bins=128,
+                 use_external_data_format=False, method="entropy", symmetric=False, num_bins=2048,
                  num_quantized_bins=128, providers=None):
         super().__init__(model, op_types_to_calibrate, augmented_model_path, use_external_data_format, method,
                          symmetric, num_bins, num_quantized_bins, providers=providers)
@@ -370,7 +381,7 @@ def create_calibrator(model, op_types_to_calibrate=None, augmented_model_path="a
                                averaging_constant=float(extra.get("averaging_constant", 0.01)))
     elif calibrate_method == CalibrationMethod.Entropy:
         cal = EntropyCalibrater(model, op_types_to_calibrate, augmented_model_path, use_external_data_format,
-                                symmetric=symmetric, num_bins=int(extra.get("num_bins", 128)),
+                                symmetric=symmetric, num_bins=int(extra.get("num_bins", 2048)),
                                 num_quantized_bins=int(extra.get("num_quantized_bins", 128)))
     elif calibrate_method == CalibrationMethod.Percentile:
         cal = PercentileCalibrater(model, op_types_to_calibrate, augmented_model_path, use_external_data_format,

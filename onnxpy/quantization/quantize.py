@@ -403,7 +403,10 @@ class _StaticQuantizer(_Quantizer):
             prod = st.producer.get(x)
             if prod is None or prod.op_type not in _ACT_PRODUCERS or not self.selected(prod):
                 continue
-            if len(st.consumers.get(x, [])) != 1 or x in st.graph_outputs or self.tensor_range(node.output[0]) is None:
+            r = self.tensor_range(node.output[0])
+            # saturation only reproduces the activation when the output range starts at 0
+            if len(st.consumers.get(x, [])) != 1 or x in st.graph_outputs or r is None or r[0] < 0 \
+                    or self.activation_symmetric:
                 continue
             for i, o in enumerate(prod.output):
                 if o == x:

@@ -229,7 +229,7 @@ def time_runs(run, runs: int | None = None, duration: float | None = None, warmu
             t1 = time.perf_counter()
             times.append(t1 - t)
             if progress is not None:
-                progress.update(t1 - start, f"{label} {len(times)} runs")
+                progress.update(t1 - start, f"{len(times)} runs")
             if t1 >= end or (runs is not None and len(times) >= runs):
                 break
     else:
@@ -239,7 +239,7 @@ def time_runs(run, runs: int | None = None, duration: float | None = None, warmu
             run()
             times.append(time.perf_counter() - t)
             if progress is not None:
-                progress.update(i + 1, f"{label} {i + 1}/{n}")
+                progress.update(i + 1, f"{i + 1}/{n}")
     if progress is not None:
         progress.close()
     return times
@@ -381,7 +381,7 @@ def run_bench(args, out=None) -> dict:
 
     def progress(label):
         total = args.duration if args.duration is not None else runs
-        long_work = args.duration is not None and args.duration >= 2 or runs >= 50
+        long_work = (args.duration or 0) >= 2 or (runs or 0) >= 50
         enabled = args.progress if args.progress is not None else None
         if args.progress is None and not long_work:
             enabled = False
@@ -419,9 +419,8 @@ def run_bench(args, out=None) -> dict:
                 results["max_abs_diff"] = diffs
                 rows.append(("onnxruntime", results["onnxruntime"]))
 
-    print(f"{'':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'min':>10}{'max':>10}{'runs/s':>12}{'runs':>8}",
-          file=out)
-    print(f"{'(ms)':<12}", file=out)
+    head = "".join(f"{h:>10}" for h in ("mean", "p50", "p90", "p99", "min", "max"))
+    print(f"{'latency ms':<12}{head}{'runs/s':>12}{'runs':>8}", file=out)
     for name, st in rows:
         print(_fmt_row(name, st), file=out)
     if results.get("onnxruntime"):
