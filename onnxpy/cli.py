@@ -3,6 +3,7 @@
     onnxpy run [MODEL] [--input name=file.npy ...] [--repeat N]    run a model (default: the embedded CNN)
     onnxpy info MODEL                                               inputs, outputs, opsets, op counts
     onnxpy conformance [REGEX]                                      the ONNX backend suite, prints N/M passed
+    onnxpy serve MODEL... [--model-repository DIR] [--host H --port P]   KServe v2 / Triton HTTP server
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def cmd_conformance(args) -> int:
     return conf_main([args.pattern] + (["-v"] if args.verbose else []))
 
 
+def cmd_serve(args) -> int:
+    from .serve import cli_main
+
+    return cli_main(args.serve_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnxpy", description="onnxpy: an ONNX runtime in Python")
     sub = p.add_subparsers(dest="command", required=True)
@@ -149,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("pattern", nargs="?", default="")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_conformance)
+    s = sub.add_parser("serve", add_help=False, prefix_chars="\0",
+                       help="serve models over HTTP, KServe v2 / Triton protocol (needs onnxpy[serve]); "
+                            "'onnxpy serve --help' for options")
+    s.add_argument("serve_args", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=cmd_serve)
     return p
 
 

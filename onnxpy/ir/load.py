@@ -331,6 +331,45 @@ class _Loader:
                         o.name = rename.get(o.name, prefix + o.name)
 
 
+def _bad_text(values) -> str | None:
+    for v in values:
+        if not isinstance(v, str):
+            return repr(v)[:60]
+    return None
+
+
+def _check_text(proto) -> None:
+    """Names, op types and domains must be text: protobuf hands back ``bytes`` for invalid UTF-8 in proto2
+    string fields, which would otherwise surface as TypeErrors deep inside the loader/planner."""
+    def graph(g, where):
+        for coll in (g.input, g.output, g.value_info, g.initializer):
+            bad = _bad_text(x.name for x in coll)
+            if bad:
+                raise InvalidProtobuf.make(f"{where}: a value name is not valid UTF-8 ({bad})")
+        nodes(g.node, where)
+
+    def nodes(ns, where):
+        for n in ns:
+            bad = _bad_text([n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)])
+            if bad:
+                raise InvalidProtobuf.make(f"{where}: node '{n.name!r}' has a field that is not valid UTF-8 ({bad})")
+            for a in n.attribute:
+                if a.HasField("g"):
+                    graph(a.g, where)
+                for sub in a.graphs:
+                    graph(sub, where)
+
+    bad = _bad_text(o.domain for o in proto.opset_import)
+    if bad:
+        raise InvalidProtobuf.make(f"An opset_import domain is not valid UTF-8 ({bad})")
+    graph(proto.graph, "main graph")
+    for f in proto.functions:
+        bad = _bad_text([f.name, f.domain, *f.input, *f.output, *f.attribute, *(o.domain for o in f.opset_import)])
+        if bad:
+            raise InvalidProtobuf.make(f"Function '{f.name!r}' has a field that is not valid UTF-8 ({bad})")
+        nodes(f.node, f"function {f.name!r}")
+
+
 def load_model(path_or_bytes) -> Model:
     """Read and convert a model (path, bytes or ModelProto) to the IR."""
     proto, base_dir = read_model_proto(path_or_bytes)
@@ -340,6 +379,7 @@ def load_model(path_or_bytes) -> Model:
 def model_from_proto(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
     if not proto.HasField("graph"):
         raise InvalidGraph.make("The model has no graph")
+    _check_text(proto)
     opsets = {}
     for o in proto.opset_import:
         opsets["" if o.domain == "ai.onnx" else o.domain] = int(o.version)

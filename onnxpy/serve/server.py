@@ -124,9 +124,14 @@ def build_parser(prog: str = "onnxpy serve") -> argparse.ArgumentParser:
 
 def cli_main(argv=None) -> int:
     """``onnxpy serve ...``; returns the exit status."""
-    from .app import ServeConfig, build_app
-
     args = build_parser().parse_args(argv)
+    try:
+        import uvicorn  # noqa: F401
+
+        from .app import ServeConfig, build_app
+    except ImportError as e:
+        print(f"error: onnxpy serve needs the 'serve' extra (pip install 'onnxpy[serve]'): {e}", file=sys.stderr)
+        return 1
     if not args.models and not args.model_repository:
         print("error: give model files or --model-repository DIR", file=sys.stderr)
         return 2

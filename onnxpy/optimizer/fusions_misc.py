@@ -1,0 +1,630 @@
+"""Basic-level (ORT_ENABLE_BASIC) redundancy eliminations and exact constant fusions, as onnxruntime's level-1
+rewrite rules do them.  Every replacement is a standard ONNX op, so a model saved at BASIC loads anywhere.
+
+* TransposeOptimizer: Transpose(Transpose(x)) with inverse perms -> x (composed into one Transpose otherwise);
+  Transpose -> unary elementwise op -> inverse Transpose -> the op alone
+* ReshapeFusion: Reshape(Reshape(x, s1), s2) -> Reshape(x, s2) (s2 constant, no 0 entries copying inner dims)
+* UnsqueezeElimination: Squeeze(Unsqueeze(x, a), a) and Unsqueeze(Squeeze(x, a), a) -> x
+* CastElimination: Cast to the type its input already has -> removed
+* ExpandElimination: Expand whose result has the input's static shape -> removed
+* EliminateSlice: Slice covering the whole tensor (starts 0, steps 1, ends past every dim) -> removed
+* NoopElimination: x + 0, x - 0, x * 1, x / 1 with a scalar constant that cannot broadcast x -> x
+* CommonSubexpressionElimination: nodes with the same op, domain, attributes and inputs computed once
+  (random ops and nodes with subgraphs excluded)
+* FuseReluClip: Clip(Relu(x), min, max) -> Clip(x, max(0, min), max)
+* ConvAddFusion / ConvMulFusion: Conv(const W, B) -> Add/Mul by a per-channel or scalar constant -> Conv(W', B')
+* MatMulScaleFusion (basic form): MatMul(x, const W) -> Mul/Div by a constant over the last dim -> MatMul(x, W')
+* ConstantFolding (shape part): Shape(x) where x's declared shape is static -> initializer; Gather of static dims
+  out of Shape(x) -> initializer
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..ir.model import Node
+from .fusions import _is, _Matcher
+from .graph_utils import consumers, graph_output_names, rename_uses, subgraphs
+from .passes import NONDETERMINISTIC, Pass
+
+_SAME_TYPE_OPS = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Add", "Sub", "Mul", "Div", "Pow",
+                  "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Slice", "Gather", "Concat",
+                  "Identity", "Dropout", "Softmax", "LayerNormalization", "MatMul", "Gemm", "Conv", "Erf", "Clip",
+                  "LeakyRelu", "Max", "Min", "ReduceMean", "ReduceSum", "Where"}
+_UNARY_ELEMENTWISE = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "LeakyRelu", "Elu",
+                      "Selu", "HardSigmoid", "Softplus", "Softsign", "Ceil", "Floor", "Round", "Sign", "Reciprocal",
+                      "Sin", "Cos", "Not", "IsNaN", "Gelu", "Celu", "ThresholdedRelu", "HardSwish", "Mish"}
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def elem_types(g) -> dict:
+    """value name -> ONNX element type, where it can be told without running anything."""
+    out = {}
+    for v in list(g.inputs) + list(g.outputs) + list(g.value_info.values()):
+        if v.type is not None and v.type.kind == "tensor" and v.type.elem_type:
+            out[v.name] = v.type.elem_type
+    for k, a in g.initializers.items():
+        if isinstance(a, np.ndarray) and a.dtype != object:
+            try:
+                out[k] = dtypes.from_numpy(a.dtype)
+            except Exception:  # noqa: BLE001 - exotic dtype: type unknown
+                pass
+    for n in g.nodes:
+        if not n.outputs or not n.outputs[0] or n.outputs[0] in out or n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type == "Cast" and "to" in n.attrs:
+            out[n.outputs[0]] = int(n.attrs["to"])
+        elif n.op_type in ("Shape", "Size", "ArgMax", "ArgMin", "NonZero"):
+            out[n.outputs[0]] = 7
+        elif n.op_type == "Where" and len(n.inputs) > 1 and n.inputs[1] in out:
+            out[n.outputs[0]] = out[n.inputs[1]]
+        elif n.op_type in _SAME_TYPE_OPS and n.inputs and n.inputs[0] in out:
+            out[n.outputs[0]] = out[n.inputs[0]]
+    return out
+
+
+def static_shape(ctx, g, name):
+    """The shape of ``name`` as a tuple of ints when it is fully known (initializer or declared type), else None."""
+    a = g.initializers.get(name)
+    if isinstance(a, np.ndarray):
+        return tuple(a.shape)
+    t = ctx.value_type(g, name)
+    if t is None:
+        for o in g.outputs:
+            if o.name == name:
+                t = o.type
+    if t is None or t.kind != "tensor" or t.shape is None:
+        return None
+    if all(isinstance(d, int) and d >= 0 for d in t.shape):
+        return tuple(t.shape)
+    return None
+
+
+def declared_dims(ctx, g, name):
+    """The declared dims (int | str | None each) or None when the rank is unknown."""
+    a = g.initializers.get(name)
+    if isinstance(a, np.ndarray):
+        return tuple(a.shape)
+    t = ctx.value_type(g, name)
+    if t is None or t.kind != "tensor" or t.shape is None:
+        return None
+    return tuple(t.shape)
+
+
+def _const(g, name):
+    v = g.initializers.get(name) if name else None
+    return v if isinstance(v, np.ndarray) else None
+
+
+def _ints(g, name):
+    v = _const(g, name)
+    return None if v is None or v.dtype.kind not in "iu" else [int(x) for x in v.reshape(-1)]
+
+
+def _attr_or_input_ints(g, n, attr, idx):
+    """An int list given as attribute (old opsets) or constant input ``idx`` (new); None when neither/unknown."""
+    if attr in n.attrs:
+        return [int(x) for x in n.attrs[attr]]
+    if len(n.inputs) > idx and n.inputs[idx]:
+        return _ints(g, n.inputs[idx])
+    return None
+
+
+def _bypass(g, m, node, src) -> bool:
+    """Remove single-output ``node`` so that its readers read ``src``; False when its output must stay visible."""
+    dst = node.outputs[0]
+    if dst in m.outs:
+        return False
+    g.nodes.remove(node)
+    rename_uses(g, dst, src)
+    return True
+
+
+def _is_ms_or_onnx(n):
+    return n.domain in ("", "ai.onnx")
+
+
+# --------------------------------------------------------------------------------------------------- Transpose
+class TransposeOptimizer(Pass):
+    name = "TransposeOptimizer"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for t2 in list(g.nodes):
+            if t2 not in g.nodes or not _is(t2, "Transpose") or "perm" not in t2.attrs:
+                continue
+            p2 = list(t2.attrs["perm"])
+            mid = m.producer(t2.inputs[0])
+            if _is(mid, "Transpose") and "perm" in mid.attrs:
+                p1 = list(mid.attrs["perm"])
+                if len(p1) != len(p2):
+                    continue
+                comp = [p1[i] for i in p2]  # out[i] = x[p1[p2[i]]]
+                if comp == list(range(len(comp))):
+                    if _bypass(g, m, t2, mid.inputs[0]):
+                        done += 1
+                        m = _Matcher(g, ctx)
+                elif m.single_use(mid.outputs[0]):
+                    t2.inputs = [mid.inputs[0]]
+                    t2.attrs = dict(t2.attrs, perm=comp)
+                    g.nodes.remove(mid)
+                    done += 1
+                    m = _Matcher(g, ctx)
+                continue
+            # Transpose -> unary elementwise -> inverse Transpose
+            if mid is None or mid.op_type not in _UNARY_ELEMENTWISE or not _is_ms_or_onnx(mid) \
+                    or len(mid.inputs) != 1 or len(mid.outputs) != 1 or not m.single_use(mid.outputs[0]):
+                continue
+            t1 = m.producer(mid.inputs[0])
+            if not _is(t1, "Transpose") or "perm" not in t1.attrs or not m.single_use(t1.outputs[0]):
+                continue
+            p1 = list(t1.attrs["perm"])
+            if len(p1) != len(p2) or [p1[i] for i in p2] != list(range(len(p2))) or t2.outputs[0] in m.outs:
+                continue
+            new = Node(mid.op_type, mid.domain, [t1.inputs[0]], [t2.outputs[0]], dict(mid.attrs), mid.name)
+            g.nodes[g.nodes.index(t2)] = new
+            g.nodes.remove(mid)
+            g.nodes.remove(t1)
+            done += 1
+            m = _Matcher(g, ctx)
+        return done
+
+
+# ----------------------------------------------------------------------------------------------------- Reshape
+class ReshapeFusion(Pass):
+    name = "ReshapeFusion"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for r2 in list(g.nodes):
+            if not _is(r2, "Reshape") or len(r2.inputs) < 2:
+                continue
+            shape = _ints(g, r2.inputs[1])
+            if shape is None:
+                continue
+            r1 = m.producer(r2.inputs[0])
+            if _is(r1, "Reshape") and m.single_use(r1.outputs[0]):
+                allow0 = r2.attrs.get("allowzero", 0)
+                if 0 in shape and not allow0:
+                    continue  # a 0 copies a dim of the intermediate, not of x
+                r2.inputs = [r1.inputs[0], r2.inputs[1]]
+                g.nodes.remove(r1)
+                done += 1
+                m = _Matcher(g, ctx)
+                continue
+            # Reshape to the static shape x already has -> removed
+            xs = static_shape(ctx, g, r2.inputs[0])
+            if xs is not None and len(shape) == len(xs) and all(a == b for a, b in zip(shape, xs)) \
+                    and (0 not in shape or r2.attrs.get("allowzero", 0)):
+                if _bypass(g, m, r2, r2.inputs[0]):
+                    done += 1
+                    m = _Matcher(g, ctx)
+        return done
+
+
+# ------------------------------------------------------------------------------------------ Squeeze/Unsqueeze
+class UnsqueezeElimination(Pass):
+    name = "UnsqueezeElimination"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for n2 in list(g.nodes):
+            if not (_is(n2, "Squeeze") or _is(n2, "Unsqueeze")):
+                continue
+            inner = "Unsqueeze" if n2.op_type == "Squeeze" else "Squeeze"
+            n1 = m.producer(n2.inputs[0])
+            if not _is(n1, inner) or not m.single_use(n1.outputs[0]):
+                continue
+            a1, a2 = _attr_or_input_ints(g, n1, "axes", 1), _attr_or_input_ints(g, n2, "axes", 1)
+            if not a1 or not a2:
+                continue
+            if any(a < 0 for a in a1 + a2):
+                dims = declared_dims(ctx, g, n1.inputs[0])
+                if dims is None:
+                    continue
+                r = len(dims) + (len(a1) if inner == "Unsqueeze" else 0)
+                a1 = [a + r if a < 0 else a for a in a1]
+                a2 = [a + r if a < 0 else a for a in a2]
+            if sorted(a1) != sorted(a2):
+                continue
+            if _bypass(g, m, n2, n1.inputs[0]):
+                done += 1
+                m = _Matcher(g, ctx)
+        return done
+
+
+# ------------------------------------------------------------------------------------------- no-op eliminations
+class CastElimination(Pass):
+    name = "CastElimination"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        types = elem_types(g)
+        m = _Matcher(g, ctx)
+        for n in list(g.nodes):
+            if not _is(n, "Cast") or "to" not in n.attrs:
+                continue
+            src = n.inputs[0]
+            # the input's type must come from a declaration, not from this Cast
+            if types.get(src) == int(n.attrs["to"]) and _bypass(g, m, n, src):
+                done += 1
+                m = _Matcher(g, ctx)
+        return done
+
+
+class ExpandElimination(Pass):
+    name = "ExpandElimination"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for n in list(g.nodes):
+            if not _is(n, "Expand") or len(n.inputs) < 2:
+                continue
+            shape = _ints(g, n.inputs[1])
+            xs = declared_dims(ctx, g, n.inputs[0])
+            if shape is None or xs is None or len(shape) > len(xs):
+                continue
+            # result dims = broadcast(xs, shape): equal to xs when every shape entry is 1 or equals that dim
+            ok = all(s == 1 or (isinstance(d, int) and s == d) for s, d in zip(shape[::-1], xs[::-1]))
+            if ok and _bypass(g, m, n, n.inputs[0]):
+                done += 1
+                m = _Matcher(g, ctx)
+        return done
+
+
+class EliminateSlice(Pass):
+    name = "EliminateSlice"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        big = (1 << 31) - 1
+        for n in list(g.nodes):
+            if not _is(n, "Slice"):
+                continue
+            if "starts" in n.attrs:
+                starts, ends = list(n.attrs["starts"]), list(n.attrs["ends"])
+                axes, steps = n.attrs.get("axes"), None
+            else:
+                starts, ends = _ints(g, n.inputs[1]), _ints(g, n.inputs[2])
+                axes = _ints(g, n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] else None
+                steps = _ints(g, n.inputs[4]) if len(n.inputs) > 4 and n.inputs[4] else None
+                if (len(n.inputs) > 3 and n.inputs[3] and axes is None) or \
+                        (len(n.inputs) > 4 and n.inputs[4] and steps is None):
+                    continue
+            if starts is None or ends is None:
+                continue
+            if steps is not None and any(s != 1 for s in steps):
+                continue
+            dims = declared_dims(ctx, g, n.inputs[0])
+            axes = list(axes) if axes is not None else list(range(len(starts)))
+            ok = True
+            for s, e, a in zip(starts, ends, axes):
+                if s != 0:
+                    ok = False
+                    break
+                if e >= big:
+                    continue
+                if dims is None:
+                    ok = False
+                    break
+                d = dims[a] if -len(dims) <= a < len(dims) else None
+                if not (isinstance(d, int) and e >= d):
+                    ok = False
+                    break
+            if ok and _bypass(g, m, n, n.inputs[0]):
+                done += 1
+                m = _Matcher(g, ctx)
+        return done
+
+
+class NoopElimination(Pass):
+    name = "NoopElimination"
+    level = 1
+    _NEUTRAL = {"Add": (0.0, True), "Sub": (0.0, False), "Mul": (1.0, True), "Div": (1.0, False)}
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        types = elem_types(g)
+        for n in list(g.nodes):
+            if not _is_ms_or_onnx(n) or n.op_type not in self._NEUTRAL or len(n.inputs) != 2:
+                continue
+            neutral, commutes = self._NEUTRAL[n.op_type]
+            for ci in ((1, 0) if commutes else (1,)):
+                c = _const(g, n.inputs[ci])
+                x = n.inputs[1 - ci]
+                if c is None or c.size != 1 or c.dtype.kind not in "fiu" or float(c.reshape(-1)[0]) != neutral:
+                    continue
+                xt = types.get(x)
+                if xt is None or xt != dtypes.from_numpy(c.dtype):
+                    continue
+                dims = declared_dims(ctx, g, x)
+                if c.ndim > 0 and (dims is None or len(dims) < c.ndim):
+                    continue
+                if _bypass(g, m, n, x):
+                    done += 1
+                    m = _Matcher(g, ctx)
+                break
+        return done
+
+
+# --------------------------------------------------------------------------------------------------------- CSE
+def _hashable(v):
+    if isinstance(v, np.ndarray):
+        return ("nd", str(v.dtype), v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return ("repr", repr(v))
+
+
+class CommonSubexpressionElimination(Pass):
+    name = "CommonSubexpressionElimination"
+    level = 1
+
+    def apply(self, g, ctx):
+        outs = graph_output_names(g) | ctx.protected
+        seen: dict = {}
+        mapping: dict = {}
+        keep, done = [], 0
+        for n in g.nodes:
+            if mapping:
+                n.inputs = [mapping.get(x, x) for x in n.inputs]
+            if n.op_type in NONDETERMINISTIC or any(True for _ in subgraphs(n)) or not n.outputs \
+                    or n.op_type in ("If", "Loop", "Scan"):
+                keep.append(n)
+                continue
+            key = (n.op_type, n.domain, tuple(n.inputs), len(n.outputs),
+                   tuple(sorted((k, _hashable(v)) for k, v in n.attrs.items())))
+            first = seen.get(key)
+            if first is not None and not any(o in outs for o in n.outputs if o) \
+                    and all(b or not a for a, b in zip(n.outputs, first.outputs)):
+                for a, b in zip(n.outputs, first.outputs):
+                    if a:
+                        mapping[a] = b
+                done += 1
+                continue
+            if first is None:
+                seen[key] = n
+            keep.append(n)
+        if done:
+            g.nodes[:] = keep
+            for n in g.nodes:
+                for sub in subgraphs(n):
+                    for a, b in mapping.items():
+                        rename_uses(sub, a, b)
+        return done
+
+
+# ---------------------------------------------------------------------------------------------------- Relu+Clip
+class FuseReluClip(Pass):
+    name = "FuseReluClip"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        types = elem_types(g)
+        for clip in list(g.nodes):
+            if not _is(clip, "Clip"):
+                continue
+            relu = m.producer(clip.inputs[0])
+            if not _is(relu, "Relu") or not m.single_use(relu.outputs[0]):
+                continue
+            if not self._new_style(ctx):
+                lo = float(clip.attrs.get("min", -3.4028234663852886e38))
+                clip.attrs = dict(clip.attrs, min=max(0.0, lo))
+            else:
+                mn = clip.inputs[1] if len(clip.inputs) > 1 else ""
+                if mn:
+                    c = _const(g, mn)
+                    if c is None or c.size != 1:
+                        continue
+                    val = np.maximum(c, np.zeros((), c.dtype)).astype(c.dtype)
+                else:
+                    t = types.get(clip.inputs[0]) or types.get(relu.inputs[0])
+                    if t is None:
+                        continue
+                    val = np.zeros((), dtypes.to_numpy(t))
+                name = ctx.fresh((mn or clip.outputs[0]) + "_relu_min")
+                g.initializers[name] = val
+                ins = list(clip.inputs) + [""] * (3 - len(clip.inputs))
+                ins[1] = name
+                clip.inputs = ins if ins[2] else ins[:2]
+            clip.inputs = [relu.inputs[0]] + clip.inputs[1:]
+            g.nodes.remove(relu)
+            done += 1
+            m = _Matcher(g, ctx)
+        return done
+
+    @staticmethod
+    def _new_style(ctx):
+        return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 11)) >= 11
+
+
+# ------------------------------------------------------------------------------------------- Conv/MatMul consts
+def _per_channel(c, out_rank, channels):
+    """``c`` (a constant broadcast against a (N, C, spatial...) tensor) as a length-C vector, or None."""
+    if c.ndim > out_rank:
+        return None
+    if c.size == 1:
+        return np.full(channels, c.reshape(-1)[0], c.dtype)
+    shp = (1,) * (out_rank - c.ndim) + tuple(c.shape)
+    if shp[1] != channels or any(d != 1 for i, d in enumerate(shp) if i != 1):
+        return None
+    return c.reshape(-1)
+
+
+class _ConvConst(Pass):
+    op = "Add"
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for n in list(g.nodes):
+            if not _is(n, self.op) or len(n.inputs) != 2:
+                continue
+            conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
+            if conv is None or not m.single_use(conv.outputs[0]):
+                continue
+            cname = m.other_input(n, conv.outputs[0])
+            c, w = _const(g, cname), _const(g, conv.inputs[1])
+            b = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+            if c is None or w is None or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
+                continue
+            if w.dtype.kind != "f" or c.dtype != w.dtype:
+                continue
+            vec = _per_channel(c, w.ndim, w.shape[0])
+            if vec is None:
+                continue
+            b0 = b if b is not None else np.zeros(w.shape[0], w.dtype)
+            if self.op == "Add":
+                w2, b2 = None, (b0 + vec).astype(w.dtype)
+            else:
+                w2 = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                b2 = (b0 * vec).astype(w.dtype) if b is not None else None
+            ins = [conv.inputs[0], conv.inputs[1]]
+            if w2 is not None:
+                ins[1] = ctx.fresh(conv.inputs[1] + "_" + self.op.lower())
+                g.initializers[ins[1]] = w2
+            if b2 is not None:
+                bn = ctx.fresh((conv.inputs[2] if b is not None else conv.outputs[0] + "_B") + "_" + self.op.lower())
+                g.initializers[bn] = b2
+                ins.append(bn)
+            conv.inputs = ins
+            conv.outputs = [n.outputs[0]]
+            g.nodes.remove(n)
+            done += 1
+            m = _Matcher(g, ctx)
+        return done
+
+
+class ConvAddFusion(_ConvConst):
+    name = "ConvAddFusion"
+    level = 1
+    op = "Add"
+
+
+class ConvMulFusion(_ConvConst):
+    name = "ConvMulFusion"
+    level = 1
+    op = "Mul"
+
+
+class MatMulScaleFoldFusion(Pass):
+    """MatMul(x, const W) -> Mul(c) / Div(c) with c constant over the output's last dim only -> MatMul(x, W*c)."""
+
+    name = "MatMulScaleFusion"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        m = _Matcher(g, ctx)
+        for n in list(g.nodes):
+            if not (_is(n, "Mul") or _is(n, "Div")) or len(n.inputs) != 2:
+                continue
+            cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
+            mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
+            if mm is None or not m.single_use(mm.outputs[0]):
+                continue
+            cname = m.other_input(n, mm.outputs[0])
+            c, w = _const(g, cname), _const(g, mm.inputs[1])
+            if c is None or w is None or w.ndim != 2 or w.dtype.kind != "f" or c.dtype != w.dtype:
+                continue
+            if c.size != 1 and (c.ndim > 2 or c.shape[-1] != w.shape[1] or c.size != w.shape[1]):
+                continue
+            if c.ndim == 2:
+                dims = declared_dims(ctx, g, mm.inputs[0])
+                if dims is None or len(dims) < 2:
+                    continue  # a 2-D c would raise the rank of a 1-D product
+            vec = c.reshape(-1)
+            if n.op_type == "Div":
+                if np.any(vec == 0):
+                    continue
+                w2 = (w / vec).astype(w.dtype)
+            else:
+                w2 = (w * vec).astype(w.dtype)
+            if c.size == 1 and c.ndim > 0:
+                dims = declared_dims(ctx, g, mm.inputs[0])
+                if dims is None or len(dims) < c.ndim:
+                    continue
+            wn = ctx.fresh(mm.inputs[1] + "_scaled")
+            g.initializers[wn] = w2
+            mm.inputs = [mm.inputs[0], wn]
+            mm.outputs = [n.outputs[0]]
+            g.nodes.remove(n)
+            done += 1
+            m = _Matcher(g, ctx)
+        return done
+
+
+# ----------------------------------------------------------------------------------------------- Shape folding
+class ShapeFolding(Pass):
+    """Part of constant folding: the value of Shape(x) (or of Gather over it) when x's declared dims are known."""
+
+    name = "ConstantFolding"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        outs = graph_output_names(g) | ctx.protected
+        cons = consumers(g)
+        for n in list(g.nodes):
+            if not _is(n, "Shape") or n.outputs[0] in outs:
+                continue
+            dims = declared_dims(ctx, g, n.inputs[0])
+            if dims is None:
+                continue
+            r = len(dims)
+            start, end = int(n.attrs.get("start", 0)), n.attrs.get("end")
+            start = min(max(start + r if start < 0 else start, 0), r)
+            end = r if end is None else int(end)
+            end = min(max(end + r if end < 0 else end, 0), r)
+            sel = list(dims[start:end])
+            if all(isinstance(d, int) and d >= 0 for d in sel):
+                g.initializers[n.outputs[0]] = np.array(sel, np.int64)
+                g.nodes.remove(n)
+                done += 1
+                continue
+            for gat in cons.get(n.outputs[0], []):
+                if not _is(gat, "Gather") or gat.inputs[0] != n.outputs[0] or gat.attrs.get("axis", 0) != 0 \
+                        or gat.outputs[0] in outs:
+                    continue
+                idx = _const(g, gat.inputs[1])
+                if idx is None or idx.dtype.kind not in "iu":
+                    continue
+                flat = idx.reshape(-1).astype(np.int64)
+                if np.any(flat < -len(sel)) or np.any(flat >= len(sel)):
+                    continue
+                vals = [sel[int(i)] for i in flat]
+                if all(isinstance(d, int) and d >= 0 for d in vals):
+                    g.initializers[gat.outputs[0]] = np.array(vals, np.int64).reshape(idx.shape)
+                    g.nodes.remove(gat)
+                    done += 1
+        return done
+
+
+MISC_PASSES: list = [
+    CommonSubexpressionElimination(), ShapeFolding(), CastElimination(), ExpandElimination(), EliminateSlice(),
+    UnsqueezeElimination(), NoopElimination(), ReshapeFusion(), TransposeOptimizer(), FuseReluClip(),
+    ConvAddFusion(), ConvMulFusion(), MatMulScaleFoldFusion(),
+]
+
+__all__ = ["MISC_PASSES", "elem_types", "static_shape", "declared_dims"]
