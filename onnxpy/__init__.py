@@ -11,6 +11,7 @@ from .capi.onnxruntime_pybind11_state import (  # noqa: F401
     NotImplemented, RuntimeException,
 )
 from .iobinding import IOBinding
+from .logging_utils import set_default_logger_callback, set_default_logger_severity
 from .nodearg import ModelMetadata, NodeArg
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
@@ -25,8 +26,7 @@ cuda_version = ""
 
 SessionIOBinding = IOBinding
 
-_logger_severity = 2
-
+_logger_severity = 2  # shared with logging_utils (process default severity)
 
 def get_version_string() -> str:
     return __version__
@@ -38,13 +38,6 @@ def get_build_info() -> str:
 
 def get_device() -> str:
     return "CPU"
-
-
-def set_default_logger_severity(severity: int) -> None:
-    global _logger_severity
-    if not 0 <= int(severity) <= 4:
-        raise ValueError("severity must be 0 (Verbose) to 4 (Fatal)")
-    _logger_severity = int(severity)
 
 
 def set_default_logger_verbosity(verbosity: int) -> None:
@@ -63,6 +56,7 @@ __all__ = [
     "InferenceSession", "SessionOptions", "RunOptions", "OrtValue", "IOBinding", "SessionIOBinding", "NodeArg",
     "ModelMetadata", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "get_available_providers",
     "get_all_providers", "get_device", "get_version_string", "get_build_info", "set_default_logger_severity",
-    "set_seed", "Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph", "NotImplemented",
+    "set_seed", "set_default_logger_callback", "Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf",
+    "InvalidGraph", "NotImplemented",
     "RuntimeException", "EPFail", "EngineError", "NoModel", "ModelLoaded", "SparseTensor", "OrtSparseFormat",
 ]

@@ -3,6 +3,8 @@
     onnxpy run [MODEL] [--input name=file.npy ...] [--repeat N]    run a model (default: the embedded CNN)
     onnxpy info MODEL                                               inputs, outputs, opsets, op counts
     onnxpy conformance [REGEX]                                      the ONNX backend suite, prints N/M passed
+    onnxpy bench MODEL [-r N | -t SECONDS] [--compare-onnxruntime]  latency benchmark
+    onnxpy profile MODEL [-o report.html]                           HTML profile report
     onnxpy serve MODEL... [--model-repository DIR] [--host H --port P]   KServe v2 / Triton HTTP server
 """
 
@@ -124,6 +126,10 @@ def cmd_info(args) -> int:
     for kind, items in (("input", sess.get_inputs()), ("output", sess.get_outputs())):
         for a in items:
             print(f"{kind}: {a.name} {a.type} {a.shape}")
+    from .tools.bench import info_lines
+
+    for line in info_lines(args.model, sess):
+        print(line)
     return EXIT_OK
 
 
@@ -156,6 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("pattern", nargs="?", default="")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_conformance)
+    from .tools import bench as _bench
+    from .tools import profile_report as _prof
+
+    b = sub.add_parser("bench", help="latency benchmark (like onnxruntime_perf_test)")
+    _bench.build_parser(b)
+    b.set_defaults(fn=_bench.run_from_args)
+    pr = sub.add_parser("profile", help="profile a model and write a self-contained HTML report")
+    _prof.build_parser(pr)
+    pr.set_defaults(fn=_prof.run_from_args)
     s = sub.add_parser("serve", add_help=False, prefix_chars="\0",
                        help="serve models over HTTP, KServe v2 / Triton protocol (needs onnxpy[serve]); "
                             "'onnxpy serve --help' for options")

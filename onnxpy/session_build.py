@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes, limits
+from . import dtypes, limits, logging_utils
 from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph
 from .execution.executor import RunContext, run_plan
 from .execution.executor import run_subgraph as _subgraph_runner
@@ -23,6 +23,10 @@ class SessionState:
     """Everything a session needs at run time; immutable after construction (shared by threads)."""
 
     def __init__(self, source, options, providers, kwargs):
+        with logging_utils.session_scope(options, check_config=True):
+            self._init(source, options, providers, kwargs)
+
+    def _init(self, source, options, providers, kwargs):
         self.source = source
         self.options = options
         try:

@@ -26,7 +26,8 @@ def mlp(D=32, H=64, T=8):
     inits = [w("w1", D, H), nh.from_array(np.full(H, 0.01, np.float32), "b1"), w("w2", H, D),
              nh.from_array(np.ones(D, np.float32), "g"), nh.from_array(np.zeros(D, np.float32), "bb"),
              w("wo", D, 10)]
-    nodes = [h.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"), h.make_node("Add", ["h1", "b1"], ["h2"], name="a1"),
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["h1"], name="fc1"),
+             h.make_node("Add", ["h1", "b1"], ["h2"], name="a1"),
              h.make_node("Relu", ["h2"], ["h3"], name="relu"), h.make_node("MatMul", ["h3", "w2"], ["h4"], name="fc2"),
              h.make_node("Add", ["h4", "x"], ["h5"], name="res"),
              h.make_node("LayerNormalization", ["h5", "g", "bb"], ["h6"], name="ln", axis=-1),

@@ -12,21 +12,13 @@ import math
 import numpy as np
 
 from . import _ew_math as _fast
+from ._common import F32 as _F32
+from ._common import F64 as _F64
+from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
 from .conv import conv as _conv
 from .linalg import _gemm
 from .registry import MS_DOMAIN, kernel
-
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
-_FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
-
-
-def _float_arr(x, op: str, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype.name not in _FLOAT_NAMES:
-        raise TypeError(f"{op}: {name} must be a float tensor, got {x.dtype}")
-    return x
 
 
 def _up(x: np.ndarray) -> np.ndarray:

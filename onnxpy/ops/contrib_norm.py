@@ -14,22 +14,10 @@ import math
 import numpy as np
 
 from . import _ew_math as _fast
+from ._common import F32 as _F32
+from ._common import compute_dtype as _cd
+from ._common import float_arr as _float_arr
 from .registry import MS_DOMAIN, kernel
-
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
-_FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
-
-
-def _float_arr(x, op: str, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype.name not in _FLOAT_NAMES:
-        raise TypeError(f"{op}: {name} must be a float tensor, got {x.dtype}")
-    return x
-
-
-def _cd(dt: np.dtype) -> np.dtype:
-    return _F64 if dt == _F64 else _F32
 
 
 def _vec(p, n: int, op: str, name: str, cd) -> np.ndarray | None:

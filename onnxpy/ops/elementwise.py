@@ -133,8 +133,17 @@ def _pow_float(x, y):
     return np.power(xf, yf).astype(x.dtype, copy=False)
 
 
+_POW_FAST = {2.0: lambda x: np.multiply(x, x), 3.0: lambda x: x * x * x, 1.0: lambda x: x.copy(),
+             0.5: np.sqrt, -1.0: lambda x: np.divide(1, x, dtype=x.dtype)}
+
+
 def pow_(x, y):
     xd = x.dtype
+    if y.size == 1 and xd.kind == "f" and y.ndim <= x.ndim and y.dtype.kind in "fiu" and xd in _NATIVE_FLOATS:
+        # constant small exponent (x ** 3 in GELU-tanh, x ** 2 in norms): plain multiplies, no powf per element
+        fast = _POW_FAST.get(float(y.reshape(-1)[0]))
+        if fast is not None:
+            return fast(x)
     if xd == y.dtype:
         if xd.kind not in "iu":
             return np.power(x, y)

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from ._common import F32 as _F32
+from ._common import LOW_FLOATS as _LOW_FLOATS
+from ._common import required_arr as _arr
 from .registry import kernel
-
-_F32 = np.dtype(np.float32)
-_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
-def _arr(x, op, name):
-    if not isinstance(x, np.ndarray):
-        if x is None:
-            raise ValueError(f"{op}: required input '{name}' is missing")
-        x = np.asarray(x)
-    return x
 
 
 def _nll(logp, target, weight, ignore_index, reduction, op):

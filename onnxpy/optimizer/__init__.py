@@ -103,7 +103,7 @@ def optimize(model: Model, options, kwargs=None) -> Model:
                 n = p.apply(model.graph, ctx)
                 if n:
                     ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
-                    log.info("%s applied %d time(s)", p.name, n)
+                    log.debug("%s applied %d time(s)", p.name, n)
                 changed += n
             if not changed:
                 break

@@ -31,7 +31,12 @@ from .passes import NONDETERMINISTIC, Pass
 _SAME_TYPE_OPS = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Add", "Sub", "Mul", "Div", "Pow",
                   "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Slice", "Gather", "Concat",
                   "Identity", "Dropout", "Softmax", "LayerNormalization", "MatMul", "Gemm", "Conv", "Erf", "Clip",
-                  "LeakyRelu", "Max", "Min", "ReduceMean", "ReduceSum", "Where"}
+                  "LeakyRelu", "Max", "Min", "ReduceMean", "ReduceSum", "Where", "Tile", "Pad", "Reciprocal",
+                  "ReduceMax", "ReduceMin", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool",
+                  "BatchNormalization", "Selu", "Elu", "HardSigmoid", "Softplus", "Gelu", "Sin", "Cos", "Floor",
+                  "Ceil", "Round", "CumSum", "Einsum", "GatherElements", "GatherND", "ScatterND", "Trilu"}
+_MS_SAME_TYPE_OPS = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "MultiHeadAttention",
+                     "FusedMatMul", "FusedGemm", "FusedConv", "Attention", "SkipSimplifiedLayerNormalization"}
 _UNARY_ELEMENTWISE = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "LeakyRelu", "Elu",
                       "Selu", "HardSigmoid", "Softplus", "Softsign", "Ceil", "Floor", "Round", "Sign", "Reciprocal",
                       "Sin", "Cos", "Not", "IsNaN", "Gelu", "Celu", "ThresholdedRelu", "HardSwish", "Mish"}
@@ -51,12 +56,27 @@ def elem_types(g) -> dict:
             except Exception:  # noqa: BLE001 - exotic dtype: type unknown
                 pass
     for n in g.nodes:
-        if not n.outputs or not n.outputs[0] or n.outputs[0] in out or n.domain not in ("", "ai.onnx"):
+        if not n.outputs or not n.outputs[0] or n.outputs[0] in out:
+            continue
+        if n.domain == "com.microsoft" and n.op_type in _MS_SAME_TYPE_OPS and n.inputs and n.inputs[0] in out:
+            out[n.outputs[0]] = out[n.inputs[0]]
+            continue
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type == "Split" and n.inputs and n.inputs[0] in out:
+            for o in n.outputs:
+                if o:
+                    out[o] = out[n.inputs[0]]
             continue
         if n.op_type == "Cast" and "to" in n.attrs:
             out[n.outputs[0]] = int(n.attrs["to"])
         elif n.op_type in ("Shape", "Size", "ArgMax", "ArgMin", "NonZero"):
             out[n.outputs[0]] = 7
+        elif n.op_type == "QuantizeLinear":
+            zp = n.inputs[2] if len(n.inputs) > 2 else ""
+            out[n.outputs[0]] = out.get(zp) if zp else int(n.attrs.get("output_dtype", 0) or 2)
+        elif n.op_type == "DequantizeLinear" and len(n.inputs) > 1 and n.inputs[1] in out:
+            out[n.outputs[0]] = out[n.inputs[1]]
         elif n.op_type == "Where" and len(n.inputs) > 1 and n.inputs[1] in out:
             out[n.outputs[0]] = out[n.inputs[1]]
         elif n.op_type in _SAME_TYPE_OPS and n.inputs and n.inputs[0] in out:

@@ -507,13 +507,18 @@ class AttentionFusion(Pass):
                 nm = ctx.fresh(f"{t4}_{tag}_bsh")
                 new_nodes.append(Node("Reshape", "", [t4, shp], [nm], {}, name=ctx.fresh("AttnReshape")))
                 names.append(nm)
-            mha = Node("MultiHeadAttention", MS, names + ["", "", mask], [out_t.outputs[0]],
+            out = ctx.fresh(out_t.outputs[0] + "_mha")
+            mha = Node("MultiHeadAttention", MS, names + ["", "", mask], [out],
                        {"num_heads": int(n_heads), "scale": float(scale)}, name=ctx.fresh("MultiHeadAttention"))
+            final = m.cons[out_t.outputs[0]][0]
+            final.inputs = [out] + final.inputs[1:]
             idx = g.nodes.index(out_t)
             g.nodes[idx:idx + 1] = new_nodes + [mha]
             for n in dead:
                 if n in g.nodes:
                     g.nodes.remove(n)
+                for o in n.outputs:
+                    g.value_info.pop(o, None)
             done += 1
             m = _Matcher(g, ctx)
         return done

@@ -214,7 +214,6 @@ class DynamicQuantizer(_Quantizer):
         new_nodes.append(st.make_node("Mul", [f, s], [out_name], base + "_output_scale_mul"))
 
     def run(self):
-        st = self.state
         out_nodes = []
         for node in self.model.graph.node:
             done = False

@@ -1,0 +1,33 @@
+"""Small helpers shared by several kernel modules (dtype constants and input checks)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
+
+
+def required_arr(x, op, name):
+    """``x`` as an ndarray; a missing (None) required input raises ValueError naming ``op`` and ``name``."""
+    if not isinstance(x, np.ndarray):
+        if x is None:
+            raise ValueError(f"{op}: required input '{name}' is missing")
+        x = np.asarray(x)
+    return x
+
+
+def float_arr(x, op: str, name: str) -> np.ndarray:
+    """``x`` as an ndarray of float16/float32/float64/bfloat16, else TypeError naming ``op`` and ``name``."""
+    x = np.asarray(x)
+    if x.dtype.name not in FLOAT_NAMES:
+        raise TypeError(f"{op}: {name} must be a float tensor, got {x.dtype}")
+    return x
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """Compute dtype: float64 stays float64, everything else uses float32."""
+    return F64 if dt == F64 else F32
