@@ -5,6 +5,8 @@
     onnxpy conformance [REGEX]                                      the ONNX backend suite, prints N/M passed
     onnxpy bench MODEL [-r N | -t SECONDS] [--compare-onnxruntime]  latency benchmark
     onnxpy profile MODEL [-o report.html]                           HTML profile report
+    onnxpy quantize IN OUT --mode dynamic|static|nbits ...        quantization (onnxruntime.quantization's API)
+    onnxpy convert-fp16 IN OUT [--keep-io-types]                   float16 conversion
     onnxpy serve MODEL... [--model-repository DIR] [--host H --port P]   KServe v2 / Triton HTTP server
 """
 
@@ -171,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="profile a model and write a self-contained HTML report")
     _prof.build_parser(pr)
     pr.set_defaults(fn=_prof.run_from_args)
+    for name, (_, help_text) in PASSTHROUGH.items():
+        sub.add_parser(name, help=f"{help_text}; 'onnxpy {name} --help' for options", add_help=False)
     s = sub.add_parser("serve", add_help=False, prefix_chars="\0",
                        help="serve models over HTTP, KServe v2 / Triton protocol (needs onnxpy[serve]); "
                             "'onnxpy serve --help' for options")
@@ -179,7 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PASSTHROUGH = {  # subcommands whose own parsers take every argument
+    "quantize": ("onnxpy.quantization", "quantize a model (dynamic, static QDQ/QOperator, 4-bit MatMulNBits)"),
+    "convert-fp16": ("onnxpy.tools.float16", "convert a model to float16"),
+}
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        import importlib
+
+        return importlib.import_module(PASSTHROUGH[argv[0]][0]).cli_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
