@@ -53,7 +53,11 @@ def _load_inputs(specs, sess) -> dict:
     feeds = {}
     for spec in specs or []:
         if "=" not in spec:
-            raise SystemExit(f"--input expects name=file.npy, got '{spec}'")
+            if spec.endswith(".npz"):  # a whole feed dict: one array per input name
+                with np.load(spec, allow_pickle=False) as z:
+                    feeds.update({k: z[k] for k in z.files})
+                continue
+            raise SystemExit(f"--input expects NAME=FILE.npy|.json or FILE.npz, got '{spec}'")
         name, path = spec.split("=", 1)
         if path.endswith(".json"):
             with open(path) as f:
@@ -152,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a model (the embedded default CNN when MODEL is omitted)")
     r.add_argument("model", nargs="?", help="path to an .onnx model")
-    r.add_argument("--input", action="append", metavar="NAME=FILE",
-                   help="input from a .npy or .json file; missing inputs are random")
+    r.add_argument("--input", action="append", metavar="NAME=FILE|FILE.npz",
+                   help="input from a .npy or .json file, or all inputs from an .npz; missing inputs are random")
     r.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
     r.add_argument("--output-dir", help="save each tensor output as NAME.npy here")
     r.set_defaults(fn=cmd_run)

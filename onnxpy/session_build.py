@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes, limits, logging_utils
-from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph
+from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph, _OrtError
 from .execution.executor import RunContext, run_plan
 from .execution.executor import run_subgraph as _subgraph_runner
 from .execution.functions import make_function_expander
@@ -44,7 +44,14 @@ class SessionState:
         lower_gradients(model.graph)
         from .optimizer import optimize
 
-        model = optimize(model, options, kwargs)
+        try:
+            model = optimize(model, options, kwargs)
+        except _OrtError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a pass tripping over a malformed graph must not leak raw errors
+            raise InvalidGraph.make(
+                f"Graph optimization failed (malformed node arity or structure?): {type(e).__name__}: {e}"
+            ) from e
         self.model = model
         g = model.graph
         self.profiler = None

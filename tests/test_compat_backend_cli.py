@@ -84,3 +84,11 @@ def test_unsupported_type_input_rejected():
     s = onnxpy.InferenceSession(m.SerializeToString())
     out = s.run(None, {"X": np.array(["a", "bc"])})[0]
     assert out.dtype == object and list(out) == ["a", "bc"]
+
+
+def test_cli_run_npz_inputs(tmp_path, add_model_bytes, capsys):
+    p = tmp_path / "add.onnx"
+    p.write_bytes(add_model_bytes)
+    np.savez(tmp_path / "feeds.npz", X=np.ones((2, 3), np.float32), Y=np.full((2, 3), 2, np.float32))
+    assert cli.main(["run", str(p), "--input", str(tmp_path / "feeds.npz"), "--repeat", "1"]) == 0
+    assert "[[3. 3. 3.]" in capsys.readouterr().out

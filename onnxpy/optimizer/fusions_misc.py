@@ -182,7 +182,7 @@ class TransposeOptimizer(Pass):
             if not _is(t1, "Transpose") or "perm" not in t1.attrs or not m.single_use(t1.outputs[0]):
                 continue
             p1 = list(t1.attrs["perm"])
-            if len(p1) != len(p2) or [p1[i] for i in p2] != list(range(len(p2))) or t2.outputs[0] in m.outs:
+            if len(p1) != len(p2) or [p1[i] for i in p2] != list(range(len(p2))):
                 continue
             new = Node(mid.op_type, mid.domain, [t1.inputs[0]], [t2.outputs[0]], dict(mid.attrs), mid.name)
             g.nodes[g.nodes.index(t2)] = new

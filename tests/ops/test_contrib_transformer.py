@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
-from onnxpy.dtypes import from_numpy
+from _oracle import run_onnxpy, run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 MS = "com.microsoft"
@@ -38,16 +38,6 @@ def _randn(r, *shape, dtype=np.float32):
 def _model(op, inputs, n_out=1, domain=MS, out_types=None, **attrs):
     """One-node model; ``inputs`` is a list of arrays or None (absent optional input); ``n_out`` outputs, or a
     list of bools saying which outputs exist."""
-    names, vis, feeds = [], [], {}
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        x = np.asarray(x)
-        vis.append(helper.make_tensor_value_info(nm, from_numpy(x.dtype), list(x.shape)))
-        feeds[nm] = x
     present = [True] * n_out if isinstance(n_out, int) else list(n_out)
     outs = [f"out{i}" if p else "" for i, p in enumerate(present)]
     ovis = []
@@ -58,21 +48,16 @@ def _model(op, inputs, n_out=1, domain=MS, out_types=None, **attrs):
             ovis.append(helper.make_tensor_value_info(o, out_types[i], None))
         else:
             ovis.append(onnx.ValueInfoProto(name=o))
-    node = helper.make_node(op, names, outs, domain=domain, **attrs)
-    g = helper.make_graph([node], "g", vis, ovis)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
-    m.ir_version = 9
+    m, feeds = single_node(op, inputs, outs, opsets=[("", 17), (MS, 1)], domain=domain, out_infos=ovis,
+                           ir_version=9, **attrs)
     return m.SerializeToString(), feeds
 
 
 def _ort_run(mb, feeds):
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    return ort.InferenceSession(mb, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return run_ort(mb, feeds, quiet=True)
 
 
-def _py_run(mb, feeds):
-    return onnxpy.InferenceSession(mb).run(None, feeds)
+_py_run = run_onnxpy
 
 
 def _check(op, inputs, n_out=1, rtol=1e-4, atol=1e-5, out_types=None, only=None, **attrs):

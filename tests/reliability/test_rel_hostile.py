@@ -529,3 +529,26 @@ def test_tensor_limit_pending_call_sites(op, make, feed):
         assert "max_tensor_bytes" in str(e)
         return
     pytest.xfail(f"{op} does not call onnxpy.limits.check_alloc yet")
+
+
+@pytest.mark.parametrize("op,ins,outs", [("Dropout", ["X"], []), ("Identity", [], ["Y"]), ("Add", ["X"], ["Y"]),
+                                         ("MatMul", ["X"], ["Y"]), ("LayerNormalization", ["X"], ["Y"])])
+def test_wrong_node_arity(op, ins, outs):
+    """Nodes with missing inputs/outputs (found by fuzzing: optimizer passes indexed n.outputs[0])."""
+    m = model([helper.make_node(op, ins, outs, name="odd")], [vi("X", shape=[2])], [vi("X", shape=[2])])
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        try:
+            s = ort.InferenceSession(m.SerializeToString(), so)
+            s.run(None, {"X": np.ones(2, np.float32)})
+        except ORT_ERRORS:
+            pass
+
+
+def test_invalid_utf8_names():
+    """protobuf returns bytes for invalid UTF-8 in proto2 string fields (found by fuzzing)."""
+    data = _add_model().SerializeToString()
+    i = data.index(b"\x12\x01Z")  # node output "Z"
+    bad = data[:i] + b"\x12\x01\xd9" + data[i + 3:]
+    _expect((C.InvalidProtobuf, C.InvalidGraph), bad, match="UTF-8")
