@@ -15,10 +15,16 @@ class IOBinding:
         self._outputs: dict[str, OrtValue | None] = {}
         self._results: list[OrtValue] = []
 
+    def _check_input_name(self, name):
+        if name not in self._session._state.feed_specs:
+            raise RuntimeError(f"Failed to find NodeArg with name: {name} in the def list")
+
     def bind_cpu_input(self, name, arr_on_cpu):
+        self._check_input_name(name)
         self._inputs[name] = np.asarray(arr_on_cpu) if not isinstance(arr_on_cpu, np.ndarray) else arr_on_cpu
 
     def bind_input(self, name, device_type, device_id, element_type, shape, buffer_ptr):
+        self._check_input_name(name)
         _check_device(device_type)
         dt = _element_type(element_type)
         count = int(np.prod(shape)) if len(shape) else 1
@@ -26,11 +32,12 @@ class IOBinding:
         self._inputs[name] = buf.view(dt).reshape(tuple(shape))
 
     def bind_ortvalue_input(self, name, ortvalue):
+        self._check_input_name(name)
         self._inputs[name] = ortvalue._value
 
     def bind_output(self, name, device_type="cpu", device_id=0, element_type=None, shape=None, buffer_ptr=None):
-        _check_device(device_type)
         if buffer_ptr is not None:
+            _check_device(device_type)  # without a buffer, onnxruntime's CPU build also accepts any device name
             dt = _element_type(element_type)
             count = int(np.prod(shape)) if len(shape) else 1
             raw = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * (count * dt.itemsize)).from_address(buffer_ptr))
@@ -64,17 +71,28 @@ class IOBinding:
         return [r._value for r in self._results]
 
     def _run(self, run_options=None):
-        names = list(self._outputs) or None
-        outs = self._session._state.run(names, self._inputs, run_options)
+        names = list(self._outputs)
+        try:
+            if not names:
+                raise RuntimeError("At least one output should be requested.")
+            outs = self._session._state.run(names, self._inputs, run_options)
+        except Exception as e:  # noqa: BLE001 - onnxruntime reports every IOBinding run failure this way
+            msg = str(e)
+            if msg.startswith("[ONNXRuntimeError] : "):
+                msg = msg.split(" : ", 3)[-1]
+            if msg.startswith("Invalid output name:"):
+                msg = "Invalid output name: " + msg[len("Invalid output name:"):]
+            raise RuntimeError(f"Error in execution: {msg}") from e
         results = []
-        for name, val in zip(names or [o.name for o in self._session.get_outputs()], outs):
-            pre = self._outputs.get(name) if names else None
+        for name, val in zip(names, outs):
+            pre = self._outputs.get(name)
             if pre is not None and isinstance(val, np.ndarray):
                 dst = pre._value
                 if dst.shape != val.shape:
                     raise RuntimeError(
-                        f"Output '{name}': bound buffer has shape {list(dst.shape)}, the result has "
-                        f"{list(val.shape)}"
+                        f"Error in execution: The output OrtValue provided for output '{name}' has shape "
+                        f"{{{','.join(map(str, dst.shape))}}} but the computed output shape for this run is "
+                        f"{{{','.join(map(str, val.shape))}}}."
                     )
                 np.copyto(dst, val, casting="unsafe")
                 results.append(pre)

@@ -22,6 +22,9 @@ class NodeArg:
         if t is None:
             return cls(vi.name, "unknown", [])
         shape = []
+        if t.kind == "optional" and t.elem is not None and t.elem.kind in ("tensor", "sparse_tensor"):
+            t = t.elem  # onnxruntime shows the shape of an optional tensor's element
+            return cls(vi.name, vi.type.ort_str(), [d for d in t.shape] if t.shape is not None else [])
         if t.kind in ("tensor", "sparse_tensor") and t.shape is not None:
             for i, d in enumerate(t.shape):
                 if dim_overrides is not None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import enum
 
 
-class GraphOptimizationLevel(enum.IntEnum):
+class _OrtEnum(enum.IntEnum):
+    """An IntEnum whose ``str()`` is ``ClassName.MEMBER`` like onnxruntime's pybind11 enums."""
+
+    def __str__(self):
+        return f"{type(self).__name__}.{self.name}"
+
+    __format__ = int.__format__
+
+
+class GraphOptimizationLevel(_OrtEnum):
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
@@ -13,12 +22,12 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
-class ExecutionMode(enum.IntEnum):
+class ExecutionMode(_OrtEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
 
 
-class ExecutionOrder(enum.IntEnum):
+class ExecutionOrder(_OrtEnum):
     DEFAULT = 0
     PRIORITY_BASED = 1
     MEMORY_EFFICIENT = 2
@@ -51,19 +60,18 @@ class SessionOptions:
         self._custom_ops: dict = {}
 
     def __setattr__(self, name, value):
-        if name == "graph_optimization_level":
-            try:
-                value = GraphOptimizationLevel(int(value))
-            except ValueError:
-                raise RuntimeError("graph_optimization_level is not valid") from None
-        elif name == "execution_mode":
-            value = ExecutionMode(int(value))
-        elif name == "execution_order":
-            value = ExecutionOrder(int(value))
-        object.__setattr__(self, name, value)
+        object.__setattr__(self, name, _check_attr(self, _SESSION_ATTRS, name, value))
+
+    def _clone(self) -> SessionOptions:
+        """A copy with its own config/override/initializer tables (what a session keeps, like onnxruntime)."""
+        c = SessionOptions.__new__(SessionOptions)
+        for k, v in self.__dict__.items():
+            object.__setattr__(c, k, dict(v) if isinstance(v, dict) else v)
+        return c
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        _check_str_args("add_session_config_entry", key, value)
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
@@ -71,21 +79,29 @@ class SessionOptions:
         return self._config[key]
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
-        self._free_dims_by_name[str(dim_name)] = int(dim_value)
+        self._free_dims_by_name[_check_str_args("add_free_dimension_override_by_name", dim_name)] = _as_int(
+            "add_free_dimension_override_by_name", dim_value)
 
     def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
-        self._free_dims_by_denotation[str(dim_denotation)] = int(dim_value)
+        self._free_dims_by_denotation[_check_str_args("add_free_dimension_override_by_denotation", dim_denotation)] = (
+            _as_int("add_free_dimension_override_by_denotation", dim_value))
 
     def add_initializer(self, name: str, val) -> None:
         from .ortvalue import OrtValue
 
         if not isinstance(val, OrtValue):
-            raise TypeError("add_initializer(): the value must be an OrtValue")
+            # onnxruntime: RuntimeError "... The provided Python object must be an OrtValue"
+            raise RuntimeError(f"add_initializer('{name}'): The provided Python object must be an OrtValue")
         self._initializers[str(name)] = val
 
     def add_external_initializers(self, names, values) -> None:
+        from .ortvalue import OrtValue
+
+        for v in values:
+            if not isinstance(v, OrtValue):
+                raise AttributeError(f"'{_tp_name(v)}' object has no attribute '_ortvalue'")
         if len(names) != len(values):
-            raise ValueError("add_external_initializers(): names and values must have the same length")
+            raise RuntimeError("Expecting names and ort_values lists to have equal length")
         for n, v in zip(names, values):
             self.add_initializer(n, v)
 
@@ -109,13 +125,97 @@ class RunOptions:
         self.logid = ""
         self.terminate = False
         self.only_execute_path_to_fetches = False
-        self.training_mode = False
+        self.training_mode = False  # onnxpy extra (onnxruntime training builds have it)
         self._config: dict[str, str] = {}
 
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, _check_attr(self, _RUN_ATTRS, name, value))
+
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        _check_str_args("add_run_config_entry", key, value)
+        self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
         if key not in self._config:
             raise RuntimeError(f"RunOptions does not have configuration with key: {key}")
         return self._config[key]
+
+
+# -- attribute typing like onnxruntime's pybind11 properties --------------------------------------------------
+# Types: "int" (an integer, bool and float refused), "bool" (bool or integer, coerced), "str", or an enum class
+# (a member, or an int naming one: onnxpy also accepts the int where onnxruntime asks for the enum member).
+_SESSION_ATTRS = {
+    "graph_optimization_level": GraphOptimizationLevel, "optimized_model_filepath": "str",
+    "intra_op_num_threads": "int", "inter_op_num_threads": "int", "execution_mode": ExecutionMode,
+    "execution_order": ExecutionOrder, "enable_profiling": "bool", "profile_file_prefix": "str",
+    "enable_mem_pattern": "bool", "enable_mem_reuse": "bool", "enable_cpu_mem_arena": "bool",
+    "log_severity_level": "int", "log_verbosity_level": "int", "logid": "str", "use_deterministic_compute": "bool",
+    "use_per_session_threads": "bool",
+}
+_RUN_ATTRS = {
+    "log_severity_level": "int", "log_verbosity_level": "int", "logid": "str", "terminate": "bool",
+    "only_execute_path_to_fetches": "bool", "training_mode": "bool",
+}
+
+
+def _tp_name(v) -> str:
+    t = type(v)
+    return t.__name__ if t.__module__ in ("builtins", "__main__") else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def _incompatible(owner, name, kind, value) -> TypeError:
+    want = kind.__name__ if isinstance(kind, type) else {"int": "typing.SupportsInt", "bool": "bool"}.get(kind, kind)
+    return TypeError(
+        "(): incompatible function arguments. The following argument types are supported:\n"
+        f"    1. (arg0: {type(owner).__name__}, arg1: {want}) -> None\n\nInvoked with: {name}={value!r}"
+    )
+
+
+def _is_int(v) -> bool:
+    import numpy as np
+
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_attr(owner, table, name, value):
+    if name.startswith("_"):
+        return value
+    kind = table.get(name)
+    if kind is None:
+        raise AttributeError(f"'onnxpy.{type(owner).__name__}' object has no attribute '{name}'")
+    if isinstance(kind, type):
+        if isinstance(value, kind):
+            return value
+        if _is_int(value):
+            try:
+                return kind(int(value))
+            except ValueError:
+                pass
+        raise _incompatible(owner, name, kind, value)
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+    elif kind == "int":
+        if _is_int(value):
+            return int(value)
+    elif kind == "bool":
+        import numpy as np
+
+        if isinstance(value, (bool, np.bool_)) or _is_int(value):
+            return bool(value)
+    raise _incompatible(owner, name, kind, value)
+
+
+def _check_str_args(func, *args):
+    for a in args:
+        if not isinstance(a, str):
+            raise TypeError(f"{func}(): incompatible function arguments. The following argument types are supported:"
+                            f"\n    1. ({', '.join('arg: str' for _ in args)}) -> None\n\nInvoked with: {args!r}")
+    return args[0]
+
+
+def _as_int(func, v) -> int:
+    if not _is_int(v):
+        raise TypeError(f"{func}(): incompatible function arguments. The following argument types are supported:"
+                        f"\n    1. (arg0: str, arg1: typing.SupportsInt) -> None\n\nInvoked with: {v!r}")
+    return int(v)

@@ -9,8 +9,25 @@ from . import dtypes
 
 def _element_type(element_type) -> np.dtype:
     if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
-        return dtypes.to_numpy(int(element_type))
-    return np.dtype(element_type)
+        try:
+            return dtypes.to_numpy(int(element_type))
+        except TypeError:
+            raise RuntimeError(f"tensor type {int(element_type)} is not supported") from None
+    dt = np.dtype(element_type)
+    return np.dtype(object) if dt.kind in "USO" else dt  # string tensors are object arrays of str
+
+
+_NOT_TENSOR = "IsTensor() was false. Only OrtValues that are Tensors are currently supported"
+
+
+def _packed_nbytes(arr: np.ndarray) -> int:
+    """Bytes onnxruntime uses for a tensor: 4-bit types hold two elements a byte, 2-bit types four."""
+    name = arr.dtype.name
+    if name in ("int4", "uint4", "float4_e2m1fn"):
+        return (arr.size + 1) // 2
+    if name in ("int2", "uint2"):
+        return (arr.size + 3) // 4
+    return int(arr.nbytes)
 
 
 class OrtValue:
@@ -26,19 +43,27 @@ class OrtValue:
     @classmethod
     def ortvalue_from_numpy(cls, numpy_obj, device_type="cpu", device_id=0, vendor_id=-1):
         _check_device(device_type)
+        # numpy scalars, lists, string and ml_dtypes arrays are onnxpy extras (onnxruntime refuses them)
         arr = numpy_obj if isinstance(numpy_obj, np.ndarray) else np.asarray(numpy_obj)
-        if arr.dtype.kind == "U":
-            arr = arr.astype(object)
+        if arr.dtype.kind in "US":
+            from .session_build import _as_strings
+
+            arr = _as_strings(arr)
+        elif not arr.flags.c_contiguous or not arr.dtype.isnative:
+            # like onnxruntime, a non-contiguous array is copied so data_ptr() addresses a dense buffer
+            arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
         return cls(arr)
 
     @classmethod
     def ortvalue_from_numpy_with_onnx_type(cls, data, onnx_element_type):
-        target = dtypes.to_numpy(int(onnx_element_type))
-        arr = np.asarray(data)
+        try:
+            target = dtypes.to_numpy(int(onnx_element_type))
+        except TypeError:
+            raise RuntimeError(f"Not a valid ONNX Tensor data type: {int(onnx_element_type)}") from None
+        arr = np.ascontiguousarray(data)
         if arr.dtype.itemsize != target.itemsize:
             raise RuntimeError(
-                f"ortvalue_from_numpy_with_onnx_type: element size {arr.dtype.itemsize} of {arr.dtype} does not "
-                f"match {target}"
+                f"Items size in the incoming array: {arr.dtype.itemsize} specified by onnxtype: {target.itemsize}"
             )
         return cls(arr.view(target))
 
@@ -47,7 +72,13 @@ class OrtValue:
                                      memory_info=None):
         _check_device(device_type)
         dt = _element_type(element_type)
-        return cls(np.zeros(tuple(int(s) for s in shape), dtype=dt))
+        dims = tuple(int(s) for s in shape)
+        if any(d < 0 for d in dims):
+            raise RuntimeError(f"Tensor shape.Size() must be >= 0, got shape {list(dims)}")
+        arr = np.zeros(dims, dtype=dt)
+        if dt == np.dtype(object):
+            arr[...] = ""
+        return cls(arr)
 
     @classmethod
     def from_dlpack(cls, data, is_bool_tensor=False):
@@ -59,7 +90,12 @@ class OrtValue:
     # -- inspection --------------------------------------------------------------------------------
     def numpy(self):
         if not isinstance(self._value, np.ndarray):
-            raise RuntimeError("numpy() is only supported for tensors; use the value through run() instead")
+            raise RuntimeError("IsTensor() was false. Only OrtValues that are Tensors are convertible to Numpy objects")
+        return self._value
+
+    def _tensor(self) -> np.ndarray:
+        if not isinstance(self._value, np.ndarray):
+            raise RuntimeError(_NOT_TENSOR)
         return self._value
 
     def __array__(self, dtype=None, copy=None):
@@ -69,7 +105,13 @@ class OrtValue:
         return a.copy() if copy else a
 
     def shape(self):
-        return list(self._value.shape) if isinstance(self._value, np.ndarray) else []
+        v = self._value
+        if isinstance(v, np.ndarray):
+            return list(v.shape)
+        if self.is_sparse_tensor():
+            return v.dense_shape()
+        raise RuntimeError("IsSparseTensor() was false. Only OrtValues that are Tensors/SpareTensors are currently "
+                           "supported")
 
     def data_type(self) -> str:
         v = self._value
@@ -83,7 +125,12 @@ class OrtValue:
         return "optional"
 
     def element_type(self) -> int:
-        return dtypes.from_numpy(self.numpy().dtype)
+        v = self._value
+        if isinstance(v, list):  # a sequence: its tensors' element type (onnxruntime's answer)
+            return OrtValue(v[0]).element_type() if v else 1
+        if self.is_sparse_tensor():
+            return dtypes.from_numpy(v.values().dtype)
+        return dtypes.from_numpy(self._tensor().dtype)
 
     def device_name(self) -> str:
         return self._device
@@ -112,17 +159,23 @@ class OrtValue:
         return isinstance(self._value, list)
 
     def tensor_size_in_bytes(self) -> int:
-        return int(self.numpy().nbytes)
+        return _packed_nbytes(self._tensor())
 
     def data_ptr(self) -> int:
-        return int(self.numpy().__array_interface__["data"][0])
+        return int(self._tensor().__array_interface__["data"][0])
 
     def update_inplace(self, np_arr) -> None:
-        src = np_arr.numpy() if isinstance(np_arr, OrtValue) else np.asarray(np_arr)
-        dst = self.numpy()
-        if src.shape != dst.shape:
-            raise RuntimeError(f"update_inplace: shape {list(src.shape)} does not match {list(dst.shape)}")
-        np.copyto(dst, src, casting="unsafe")
+        if isinstance(np_arr, OrtValue):
+            src = np_arr._tensor()
+        elif isinstance(np_arr, np.ndarray):
+            src = np_arr
+        else:
+            raise TypeError("data must be a numpy.ndarray or an OrtValue.")
+        dst = self._tensor()
+        if src.size != dst.size:
+            raise RuntimeError("The input size of numpy arrays does not match the size of the OrtValue.")
+        # onnxruntime copies raw bytes whatever the dtype; onnxpy converts the values to the OrtValue's type
+        np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
 
     def __dlpack__(self, stream=None):
         return self.numpy().__dlpack__()
@@ -137,6 +190,14 @@ class OrtValue:
         return f"OrtValue({self.data_type()}, shape={self.shape()})"
 
 
+_KNOWN_DEVICES = ("cuda", "gpu", "dml", "cann", "npu", "webgpu", "migraphx")
+
+
 def _check_device(device_type: str) -> None:
-    if str(device_type).lower() != "cpu":
-        raise RuntimeError(f"Unsupported device type '{device_type}': onnxpy runs on 'cpu'")
+    dev = str(device_type).lower()
+    if dev == "cpu":
+        return
+    if dev in _KNOWN_DEVICES:  # onnxruntime's text on a CPU-only build
+        raise RuntimeError("Can't allocate memory on the device using this package of OnnxRuntime. Please use the "
+                           "appropriate package of OnnxRuntime for your hardware to use this feature.")
+    raise RuntimeError(f"Unsupported device type: {device_type}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
+
 from .options import SessionOptions
 from .ortvalue import OrtValue
 from .providers import resolve_providers
@@ -14,8 +16,12 @@ class InferenceSession:
     """Drop-in for ``onnxruntime.InferenceSession``."""
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
+        if not isinstance(path_or_bytes, (str, os.PathLike, bytes, bytearray, memoryview)) and not hasattr(
+                path_or_bytes, "SerializeToString"):  # bytearray/memoryview/ModelProto: onnxpy extras
+            raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        # like onnxruntime, the session keeps its own copy: later changes to ``sess_options`` do not reach it
+        self._sess_options = sess_options._clone() if sess_options is not None else SessionOptions()
         self._providers, self._provider_options = resolve_providers(providers, provider_options)
         self._kwargs = kwargs
         self._lock = threading.Lock()
@@ -49,7 +55,9 @@ class InferenceSession:
         return list(self._providers)
 
     def get_provider_options(self):
-        return {p: dict(o) for p, o in zip(self._providers, self._provider_options)}
+        # onnxruntime reports the options each provider applied; the CPU provider has none to report
+        return {p: ({} if p == "CPUExecutionProvider" else dict(o)) for p, o in zip(self._providers,
+                                                                                  self._provider_options)}
 
     def get_session_options(self):
         return self._sess_options
@@ -80,7 +88,8 @@ class InferenceSession:
         feeds = {}
         for k, v in input_dict_ort_values.items():
             if not isinstance(v, OrtValue):
-                raise AttributeError(f"'{type(v).__name__}' object has no attribute '_get_c_value'")
+                name = "numpy.ndarray" if type(v) is np.ndarray else type(v).__name__
+                raise AttributeError(f"'{name}' object has no attribute '_get_c_value'")
             feeds[k] = v._value
         outs = self._state.run(output_names, feeds, run_options)
         return [OrtValue(o) for o in outs]
@@ -109,7 +118,7 @@ class InferenceSession:
 
     def run_with_iobinding(self, iobinding, run_options=None):
         if iobinding._session is not self:
-            raise ValueError("The IOBinding was created by a different session")
+            raise ValueError("IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
 
 

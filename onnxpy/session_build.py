@@ -39,8 +39,11 @@ class SessionState:
             proto, base_dir = read_model_proto(source)
             model = model_from_proto(proto, base_dir)
         self._apply_initializer_overrides(model)
+        source_proto = getattr(model, "proto", None)
+        from .ir.validate import check_arity
         from .optimizer.gradient import lower_gradients
 
+        check_arity(model.graph, model.opsets)
         lower_gradients(model.graph)
         from .optimizer import optimize
 
@@ -70,7 +73,7 @@ class SessionState:
         self.input_infos = [v for v in g.inputs if v.name not in init_names]
         self.inputs = [NodeArg.from_value_info(v, dim_override) for v in self.input_infos]
         self.overridable = [NodeArg.from_value_info(v) for v in g.inputs if v.name in init_names]
-        self.outputs = [NodeArg.from_value_info(v) for v in g.outputs]
+        self.outputs = _output_node_args(g.outputs, source_proto)
         self.required = [v.name for v in self.input_infos if v.type is None or v.type.kind != "optional"]
         self.feedable = {v.name: v for v in g.inputs}
         # name -> (slot, kind, np dtype or None, checked dims tuple or None)
@@ -136,6 +139,8 @@ class SessionState:
         if kind == "tensor":
             return slot, self._convert_tensor(name, value, t, shape)
         if kind == "sequence":
+            if isinstance(value, np.ndarray):  # onnxruntime's text (3: its code for a sequence)
+                raise InvalidArgument.make(f"input with name: '{name}' expected to be of type: 3 but received a tensor")
             if not isinstance(value, (list, tuple)):
                 raise InvalidArgument.make(
                     f"Unexpected input data type for '{name}': expected a list (seq), got {type(value).__name__}"
@@ -155,25 +160,30 @@ class SessionState:
     def _convert_tensor(name, value, t, shape):
         want = t.np_dtype if t is not None else None
         if not isinstance(value, np.ndarray):
-            if isinstance(value, (list, tuple)):
-                value = np.asarray(value, dtype=want if want is not None and want.kind != "O" else None)
-                if want == np.dtype(object):
-                    value = value.astype(str).astype(object)
-            elif isinstance(value, (np.generic,)):
-                value = np.asarray(value)
+            if isinstance(value, (list, tuple)):  # a tuple is an onnxpy extra (onnxruntime takes lists only)
+                try:
+                    value = np.asarray(value, dtype=want if want is not None and want.kind != "O" else None)
+                except (ValueError, TypeError):
+                    raise RuntimeError("Could not create tensor from given input list") from None
+                if value.dtype == object and want != np.dtype(object):
+                    raise RuntimeError("Could not create tensor from given input list")
             elif value is None:
                 raise InvalidArgument.make(f"Input '{name}' is None but the model expects a tensor")
-            else:
+            elif isinstance(value, dict):
+                raise _map_for_tensor(name, value, t)
+            elif isinstance(value, (int, float, complex, np.number, np.bool_)):
                 raise RuntimeError(f"Unable to handle object of type {type(value)}")
-        if want is not None and value.dtype != want:
-            if want == np.dtype(object) and value.dtype.kind in "USO":
-                value = value.astype(object) if value.dtype.kind != "S" else np.vectorize(
-                    lambda b: b.decode("utf-8"), otypes=[object])(value)
             else:
-                got, exp = _type_str(value.dtype), dtypes.type_name(t.elem_type)
-                raise InvalidArgument.make(
-                    f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({exp}))"
-                )
+                raise RuntimeError(f"Input must be a list of dictionaries or a single numpy array for input '{name}'.")
+        if not value.dtype.isnative:  # onnxruntime reads big-endian buffers as if native; onnxpy converts them
+            value = value.astype(value.dtype.newbyteorder("="))
+        if want == np.dtype(object) and value.dtype.kind in "USO":
+            value = _as_strings(value)
+        if want is not None and value.dtype != want:
+            got, exp = _type_str(value.dtype), dtypes.type_name(t.elem_type)
+            raise InvalidArgument.make(
+                f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({exp}))"
+            )
         if shape and value.ndim != len(shape):
             raise InvalidArgument.make(
                 f"Invalid rank for input: {name} Got: {value.ndim} Expected: {len(shape)} Please fix either the "
@@ -192,9 +202,15 @@ class SessionState:
     # -- run --------------------------------------------------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
         if isinstance(output_names, (str, bytes)):
-            raise TypeError("run(): incompatible function arguments: output_names must be a list of names")
-        if not hasattr(input_feed, "items"):
-            raise TypeError("run(): incompatible function arguments: input_feed must be a dict")
+            raise TypeError("run(): incompatible function arguments. The following argument types are supported:\n"
+                            "    1. (arg0: Sequence[str], arg1: Mapping[str, object], arg2: RunOptions) -> list\n\n"
+                            f"Invoked with: {output_names!r} (output_names must be a list of names)")
+        if not hasattr(input_feed, "keys"):  # onnxruntime's Python layer calls input_feed.keys() first
+            raise AttributeError(f"'{type(input_feed).__name__}' object has no attribute 'keys'")
+        if any(not isinstance(k, str) for k in input_feed.keys()) or (
+                run_options is not None and not hasattr(run_options, "terminate")):
+            raise TypeError("run(): incompatible function arguments. The following argument types are supported:\n"
+                            "    1. (arg0: Sequence[str], arg1: Mapping[str, object], arg2: RunOptions) -> list")
         self.check_missing(input_feed)
         feeds = [self.convert_feed(k, v) for k, v in input_feed.items()]
         if output_names:
@@ -282,6 +298,139 @@ def _detach(arr: np.ndarray, const_ids) -> np.ndarray:
     if not arr.flags.writeable or id(root) in const_ids or root.base is not None:
         return arr.copy()
     return arr
+
+
+def _as_strings(value: np.ndarray) -> np.ndarray:
+    """A string tensor as an object array of ``str``: bytes are decoded (UTF-8), other objects go through ``str()``.
+
+    onnxruntime applies ``str()`` to every element (``b'a'`` becomes ``"b'a'"``) and misreads fixed-width ``S``
+    arrays; onnxpy decodes bytes instead.
+    """
+    if value.dtype.kind == "U":
+        return value.astype(object)
+    if value.dtype.kind == "S":
+        return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(value) if value.size else \
+            value.astype(object)
+    flat = value.reshape(-1)
+    if all(type(v) is str for v in flat):
+        return value
+    conv = [v if type(v) is str else (bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, np.bytes_))
+                                      else str(v)) for v in flat]
+    out = np.empty(value.shape, dtype=object)
+    out.reshape(-1)[:] = conv
+    return out
+
+
+def _map_for_tensor(name, value: dict, t):
+    """onnxruntime's error for a dict fed where a tensor is expected."""
+    k = next(iter(value), "")
+    v = value[k] if value else 0.0
+    if isinstance(v, str):
+        return RuntimeError(f"Unexpected value type  {type(v)}, it cannot be linked to C type string for input '{name}'.")
+    key = "string" if isinstance(k, str) else "int64"
+    exp = f"tensor({dtypes.type_name(t.elem_type)})" if t is not None and t.elem_type else "tensor"
+    return InvalidArgument.make(
+        f"Unexpected input data type. Actual: ((map({key},tensor(float)))) , expected: (({exp}))")
+
+
+def _merge_dims(src: tuple, tgt: tuple) -> tuple | None:
+    """onnxruntime's merge of an inferred output shape ``src`` into the declared ``tgt`` (onnx mergeInShapeInfo,
+    falling back to a union of the two when they conflict)."""
+    if len(src) != len(tgt):
+        return None
+    out = list(tgt)
+    for i, (s, d) in enumerate(zip(src, tgt)):
+        if isinstance(s, int):
+            if isinstance(d, int) and d != s:  # conflict: keep what agrees, forget the rest
+                return tuple(a if a == b else None for a, b in zip(out, src))
+            if not isinstance(d, int):
+                out[i] = s
+        elif d is None and isinstance(s, str):
+            out[i] = s
+    return tuple(out)
+
+
+def _merge_type(decl, inf):
+    if inf is None:
+        return decl
+    if decl is None:
+        return inf
+    if decl.kind != inf.kind:
+        return decl
+    from dataclasses import replace
+
+    if decl.kind in ("tensor", "sparse_tensor"):
+        if decl.elem_type and inf.elem_type and decl.elem_type != inf.elem_type:
+            return decl
+        shape = decl.shape
+        if inf.shape is not None:
+            shape = inf.shape if decl.shape is None else _merge_dims(inf.shape, decl.shape)
+        den = decl.denotations if shape is not None and len(decl.denotations) == len(shape) else ()
+        return replace(decl, elem_type=decl.elem_type or inf.elem_type, shape=shape, denotations=den)
+    if decl.kind in ("sequence", "optional", "map"):
+        return replace(decl, elem=_merge_type(decl.elem, inf.elem))
+    return decl
+
+
+def _inferred_output_types(proto) -> dict:
+    """Graph outputs' types from onnx shape inference, on a copy without the large initializers' data."""
+    import onnx
+
+    g = proto.graph
+    m = onnx.ModelProto(ir_version=proto.ir_version)
+    m.opset_import.extend(proto.opset_import)
+    m.functions.extend(proto.functions)
+    mg = m.graph
+    mg.name = g.name
+    mg.node.extend(g.node)
+    mg.input.extend(g.input)
+    mg.value_info.extend(g.value_info)
+    mg.sparse_initializer.extend(g.sparse_initializer)
+    for o in g.output:
+        mg.output.add().name = o.name
+    for t in g.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() <= 4096:
+            mg.initializer.append(t)
+        else:  # only its type and dims matter for inference; the data is left out
+            stub = mg.initializer.add()
+            stub.name, stub.data_type = t.name, t.data_type
+            stub.dims.extend(t.dims)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            e = stub.external_data.add()
+            e.key, e.value = "location", "__onnxpy_not_loaded__"
+    inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=False)
+    from .ir.load import decode_type
+
+    return {o.name: _forget_generated_dims(decode_type(o.type)) for o in inferred.graph.output if o.HasField("type")}
+
+
+def _forget_generated_dims(t):
+    """onnx names the unknown dims it creates ``unk__N``; onnxruntime shows them as unnamed (None)."""
+    if t is None:
+        return None
+    from dataclasses import replace
+
+    if t.shape is not None:
+        t = replace(t, shape=tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in t.shape))
+    if t.elem is not None:
+        t = replace(t, elem=_forget_generated_dims(t.elem))
+    return t
+
+
+def _output_node_args(outputs, proto) -> list:
+    """NodeArgs of the graph outputs as onnxruntime shows them: the declared type with the inferred one merged in
+    (an output declared without a type or shape gets what shape inference finds)."""
+    from .ir.model import ValueInfo
+
+    inferred = {}
+    if proto is not None and any(v.type is None or v.type.kind != "tensor" or v.type.shape is None
+                                 or any(not isinstance(d, int) for d in v.type.shape) for v in outputs):
+        try:
+            inferred = _inferred_output_types(proto)
+        except Exception:  # noqa: BLE001 - inference is best effort; the declared types stay
+            inferred = {}
+    return [NodeArg.from_value_info(ValueInfo(v.name, _merge_type(v.type, inferred.get(v.name))))
+            for v in outputs]
 
 
 def _type_str(dt) -> str:

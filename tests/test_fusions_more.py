@@ -17,52 +17,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
-import onnxpy.optimizer as O
-from onnxpy.optimizer.fusions_misc import MISC_PASSES
-from onnxpy.optimizer.fusions_qdq import QDQ_PASSES
-from onnxpy.optimizer.fusions_transformer import TRANSFORMER_PASSES
 
 ort = pytest.importorskip("onnxruntime")
 F = TensorProto.FLOAT
 MS = "com.microsoft"
-
-
-@pytest.fixture(autouse=True)
-def _wire(monkeypatch):
-    """Add this file's passes to the lead's pass list (no-op for the ones already wired) and keep the options."""
-    orig = O.passes_for
-
-    def patched(level, disabled=frozenset()):
-        chosen = orig(level, disabled)
-        have = {id(p) for p in chosen}
-        extra = [p for p in MISC_PASSES if p.level <= level]
-        if level >= 2:
-            extra += [p for p in TRANSFORMER_PASSES + QDQ_PASSES if p.level <= level]
-        extra = [p for p in extra if p.name not in disabled and id(p) not in have]
-        return chosen[:-1] + extra + chosen[-1:]
-
-    monkeypatch.setattr(O, "passes_for", patched)
-    init = O.OptContext.__init__
-
-    def ctx_init(self, model, options):
-        init(self, model, options)
-        if not hasattr(self, "options"):
-            self.options = options
-
-    monkeypatch.setattr(O.OptContext, "__init__", ctx_init)
-    # onnxruntime's ConstantFolding leaves DequantizeLinear alone unless session.disable_quant_qdq=1 (so the
-    # QDQ fusions still see the weight's DQ); asked of the lead for passes.ConstantFolding
-    from onnxpy.optimizer.fusions_qdq import qdq_disabled
-    from onnxpy.optimizer.passes import ConstantFolding
-
-    fold = ConstantFolding._foldable
-
-    def foldable(n, consts, ctx):
-        if n.op_type == "DequantizeLinear" and not qdq_disabled(ctx):
-            return False
-        return fold(n, consts, ctx)
-
-    monkeypatch.setattr(ConstantFolding, "_foldable", staticmethod(foldable))
 
 
 def _init(name, arr):

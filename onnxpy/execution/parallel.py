@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import limits
 from ..capi.onnxruntime_pybind11_state import Fail, _OrtError
 from .executor import node_error
 from .plan import SINK, ExecutionPlan
@@ -67,6 +68,7 @@ def run_parallel(plan: ExecutionPlan, schedule: ParallelSchedule, vals: list, po
     state = {"left": len(steps), "error": None}
     if not steps:
         return
+    lim = limits.current()  # the session's limits, re-installed on the pool threads
 
     def finish_step(i):
         ready = []
@@ -89,6 +91,10 @@ def run_parallel(plan: ExecutionPlan, schedule: ParallelSchedule, vals: list, po
         return ready
 
     def work(i):
+        with limits.applied(lim):
+            _work(i)
+
+    def _work(i):
         while True:
             if state["error"] is not None:
                 done.set()

@@ -205,6 +205,16 @@ class Planner:
                     )
                 ins.append(slot(x))
             fn, implicit = self._bind(node)
+            if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
+                    and len(node.outputs) == 1 and node.outputs[0] and node.outputs[0] not in produced):
+                try:
+                    val = fn()  # a constant's value is known now: it goes in the template like an initializer
+                except Exception:  # noqa: BLE001 - a bad Constant fails at run time with the usual error
+                    val = None
+                if isinstance(val, np.ndarray):
+                    const_vals[slot(node.outputs[0])] = val
+                    produced.add(node.outputs[0])
+                    continue
             ins.extend(slot(x) for x in implicit)
             outs = []
             for o in node.outputs:

@@ -86,6 +86,17 @@ def _causal(S: int, T: int, past: int | np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------- key masks
+def _additive_terms(mask, mask_name, attention_bias, B, N, S, T, P, mask_filter_value, op, cd):
+    """The key mask's additive term plus attention_bias (either may be None; None when both are)."""
+    additive = None
+    if mask is not None:
+        additive = _key_mask(mask, B, S, T, P, mask_filter_value, op, mask_name, cd)
+    if attention_bias is not None:
+        ab = _attention_bias(attention_bias, B, N, S, T, op, cd)
+        additive = ab if additive is None else additive + ab
+    return additive
+
+
 def _key_mask(mask, B: int, S: int, T: int, P: int, filter_value: float, op: str, name: str, cd) -> np.ndarray:
     """onnxruntime mask forms -> additive mask broadcastable to [B, N, S, T] (0 or filter_value)."""
     m = np.asarray(mask)
@@ -208,12 +219,7 @@ def ms_attention(input, weights, bias=None, mask_index=None, past=None, attentio
         present = None
     T = k.shape[2]
     sc = float(scale) if scale else 1.0 / math.sqrt(H)
-    additive = None
-    if mask_index is not None:
-        additive = _key_mask(mask_index, B, S, T, P, mask_filter_value, op, "mask_index", cd)
-    if attention_bias is not None:
-        ab = _attention_bias(attention_bias, B, N, S, T, op, cd)
-        additive = ab if additive is None else additive + ab
+    additive = _additive_terms(mask_index, "mask_index", attention_bias, B, N, S, T, P, mask_filter_value, op, cd)
     out, _ = _mha_core(q, k, v, sc, additive, P if unidirectional else None)
     out = _merge_heads(out).astype(x.dtype, copy=False)
     if not _wants(_output_names, 1):
@@ -321,12 +327,8 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
         v = np.concatenate([pv_.astype(cd, copy=False), v], axis=2)
     T = k.shape[2]
     sc = float(scale) if scale else 1.0 / math.sqrt(H)
-    additive = None
-    if key_padding_mask is not None:
-        additive = _key_mask(key_padding_mask, B, S, T, P, mask_filter_value, op, "key_padding_mask", cd)
-    if attention_bias is not None:
-        ab = _attention_bias(attention_bias, B, N, S, T, op, cd)
-        additive = ab if additive is None else additive + ab
+    additive = _additive_terms(key_padding_mask, "key_padding_mask", attention_bias, B, N, S, T, P,
+                               mask_filter_value, op, cd)
     want_qk = _wants(_output_names, 3)
     out, qk = _mha_core(q, k, v, sc, additive, P if unidirectional else None, want_qk)
     dt = qx.dtype

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_iterations
 from .registry import kernel
 
 _TRUE = np.array(True)
@@ -88,6 +89,7 @@ def loop(M=None, cond=None, *v_initial, body):
     scans: list[list] | None = None
     i = 0
     while keep_going and (max_trip is None or i < max_trip):
+        check_iterations(i + 1, "Loop")
         outs = body(np.array(i, dtype=np.int64), _TRUE if keep_going else _FALSE, *carried)
         if len(outs) < 1 + n_carried:
             raise ValueError(
@@ -163,14 +165,19 @@ def _scan_core(states, scan_inputs, body, in_axes, in_dirs, out_axes, out_dirs, 
     return states, scan_outs
 
 
-@kernel("Scan", since=8)
-def scan_8(sequence_lens=None, *initial_state_and_scan_inputs, body, num_scan_inputs, directions=None):
+def _split_scan_inputs(initial_state_and_scan_inputs, num_scan_inputs):
+    """(m scan inputs, n states, the states, the scan inputs as arrays) of Scan's variadic inputs."""
     vals = list(initial_state_and_scan_inputs)
     m = int(num_scan_inputs)
     if m < 1 or m > len(vals):
         raise ValueError(f"num_scan_inputs {m} does not fit {len(vals)} state/scan inputs")
     n = len(vals) - m
-    states, scans = vals[:n], [np.asarray(v) for v in vals[n:]]
+    return m, n, vals[:n], [np.asarray(v) for v in vals[n:]]
+
+
+@kernel("Scan", since=8)
+def scan_8(sequence_lens=None, *initial_state_and_scan_inputs, body, num_scan_inputs, directions=None):
+    m, n, states, scans = _split_scan_inputs(initial_state_and_scan_inputs, num_scan_inputs)
     dirs = list(directions) if directions else [0] * m
     if len(dirs) != m:
         raise ValueError(f"directions has {len(dirs)} entries but there are {m} scan inputs")
@@ -235,12 +242,7 @@ def scan_8(sequence_lens=None, *initial_state_and_scan_inputs, body, num_scan_in
 @kernel("Scan", since=(9, 11, 16, 19, 21, 23, 24, 25))
 def scan_9(*initial_state_and_scan_inputs, body, num_scan_inputs, scan_input_axes=None,
            scan_input_directions=None, scan_output_axes=None, scan_output_directions=None):
-    vals = list(initial_state_and_scan_inputs)
-    m = int(num_scan_inputs)
-    if m < 1 or m > len(vals):
-        raise ValueError(f"num_scan_inputs {m} does not fit {len(vals)} state/scan inputs")
-    n = len(vals) - m
-    states, scans = vals[:n], [np.asarray(v) for v in vals[n:]]
+    m, n, states, scans = _split_scan_inputs(initial_state_and_scan_inputs, num_scan_inputs)
     in_axes = list(scan_input_axes) if scan_input_axes else [0] * m
     in_dirs = list(scan_input_directions) if scan_input_directions else [0] * m
     if len(in_axes) != m or len(in_dirs) != m:

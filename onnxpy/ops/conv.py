@@ -51,18 +51,27 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
         out = np.matmul(w.reshape(group, Mg, Cg), xs)
         return out.reshape(N, M, *out_shape)
 
+    if (group == 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and C >= 64 and (2 * M <= C or P >= 1024)
+            and min(pb) >= 0 and min(pe) >= 0):
+        return _conv2d_shifted(x, w, pb, pe, dilations, out_shape)
     xp = pad_array(x, pb, pe, 0)
-    # Depthwise: sum of shifted slices, no im2col.
+    # Depthwise: sum of shifted slices, no im2col (products land in one scratch buffer, no temporaries).
     if Cg == 1 and group > 1:
         xg = xp.reshape(N, group, 1, *xp.shape[2:])
         wg = w.reshape(group, Mg, K)
-        out = np.zeros((N, group, Mg, *out_shape), dtype=dt)
+        out = np.empty((N, group, Mg, *out_shape), dtype=dt)
+        tmp = np.empty_like(out) if K > 1 else None
         tail = (1,) * n
         for kidx, kpos in enumerate(np.ndindex(*kshape)):
             sl = tuple(slice(k * d, k * d + (o - 1) * s + 1, s)
                        for k, d, o, s in zip(kpos, dilations, out_shape, strides))
             coef = wg[:, :, kidx].reshape(group, Mg, *tail)
-            out += coef * xg[(slice(None), slice(None), slice(None)) + sl]
+            src = xg[(slice(None), slice(None), slice(None)) + sl]
+            if kidx == 0:
+                np.multiply(src, coef, out=out)
+            else:
+                np.multiply(src, coef, out=tmp)
+                out += tmp
         return out.reshape(N, M, *out_shape)
 
     # General: im2col through a strided view + one batched matmul per group.
@@ -79,6 +88,42 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
         cols = view[s0:s1].reshape(s1 - s0, group, Cg * K, P)
         out[s0:s1] = np.matmul(wmat, cols).reshape(s1 - s0, M, *out_shape)
     return out
+
+
+def _conv2d_shifted(x, w, pb, pe, dilations, out_shape):
+    """Stride-1 2-D convolution without im2col: one GEMM per kernel tap, accumulated in place.
+
+    The input is zero-padded into a (C, Hp + 1, Wp) buffer and flattened; tap (i, j) then reads the contiguous
+    window starting at i*dh*Wp + j*dw, so each tap is W[:, :, i, j] (M x C) @ window (C x Ho*Wp) with no copy.
+    The Wp - Wo extra columns per row are garbage and are cropped at the end.
+    """
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    dh, dw = dilations
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    Ho, Wo = out_shape
+    dt = x.dtype
+    xp = np.zeros((N, C, Hp + 1, Wp), dtype=dt)
+    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
+    xf = xp.reshape(N, C, (Hp + 1) * Wp)
+    L = Ho * Wp
+    wk = np.ascontiguousarray(w.transpose(2, 3, 0, 1))  # (KH, KW, M, C)
+    acc = np.empty((N, M, L), dtype=dt)
+    tmp = np.empty((M, L), dtype=dt)
+    for b in range(N):
+        ab = acc[b]
+        first = True
+        for i in range(KH):
+            for j in range(KW):
+                off = i * dh * Wp + j * dw
+                if first:
+                    np.matmul(wk[i, j], xf[b, :, off:off + L], out=ab)
+                    first = False
+                else:
+                    np.matmul(wk[i, j], xf[b, :, off:off + L], out=tmp)
+                    ab += tmp
+    res = acc.reshape(N, M, Ho, Wp)
+    return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 
 
 def _prepare(X, W, op, kernel_shape, strides, dilations):

@@ -79,19 +79,26 @@ def _min_value(dt):
 def _reduce_windows(xp, ks, st, dl, out, how):
     """max or sum over every pooling window of the padded array."""
     n = len(ks)
-    if prod(ks) > _LOOP_LIMIT:
+    if sum(ks) > _LOOP_LIMIT:
         view = windows(xp, ks, st, dl, out, kernel_first=False)
         axes = tuple(range(2 + n, 2 + 2 * n))
         return view.max(axis=axes) if how == "max" else view.sum(axis=axes)
-    acc = None
-    for kpos in np.ndindex(*ks):
-        sl = xp[_slices(kpos, dl, out, st)]
-        if acc is None:
-            acc = sl.copy()
-        elif how == "max":
-            np.maximum(acc, sl, out=acc)
-        else:
-            acc += sl
+    # max and sum are separable: reduce one spatial axis at a time (sum(ks) passes instead of prod(ks)),
+    # first spatial axis first (whole contiguous rows), each pass over an array already shrunk by the previous ones.
+    acc = xp
+    for a in range(n):
+        k, d, o, s = ks[a], dl[a], out[a], st[a]
+        lead = (slice(None),) * (2 + a)
+        red = None
+        for t in range(k):
+            sl = acc[lead + (slice(t * d, t * d + (o - 1) * s + 1, s),)]
+            if red is None:
+                red = sl.copy()
+            elif how == "max":
+                np.maximum(red, sl, out=red)
+            else:
+                red += sl
+        acc = red
     return acc
 
 

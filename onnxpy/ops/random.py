@@ -12,6 +12,7 @@ import numpy as np
 
 from ..dtypes import to_numpy
 from . import random_state
+from ..limits import check_alloc
 from .registry import kernel
 
 _FLOATS = (
@@ -49,6 +50,7 @@ def _shape(shape, op):
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError(f"{op}: shape {shape} has a negative dimension")
+    check_alloc(shape, np.float64, f"{op} output")
     return shape
 
 

@@ -51,6 +51,9 @@ def _str_array(v) -> np.ndarray:
 @kernel("Constant", since=1)
 def constant(*, value=None, sparse_value=None, value_float=None, value_floats=None, value_int=None,
              value_ints=None, value_string=None, value_strings=None):
+    if (type(value) is np.ndarray and sparse_value is None and value_float is None and value_floats is None
+            and value_int is None and value_ints is None and value_string is None and value_strings is None):
+        return value  # the common case, on the hot path of subgraph bodies
     given = [(n, v) for n, v in (
         ("value", value), ("sparse_value", sparse_value), ("value_float", value_float),
         ("value_floats", value_floats), ("value_int", value_int), ("value_ints", value_ints),

@@ -25,6 +25,8 @@ MAX_ROUNDS = 5
 class OptContext:
     def __init__(self, model: Model, options):
         self.model = model
+        self.options = options
+        self.config = dict(options._config) if options is not None else {}
         self.protected: set = set()  # names that must keep existing (graph outputs of the main graph)
         self._inputs_cache: dict = {}
         self._counter = itertools.count()
@@ -80,11 +82,16 @@ def _disabled(options, kwargs) -> set:
 
 def passes_for(level: int, disabled=frozenset()):
     from .fusions import BASIC_FUSIONS, FUSION_PASSES
+    from .fusions_misc import MISC_PASSES
+    from .fusions_qdq import QDQ_PASSES
+    from .fusions_transformer import TRANSFORMER_PASSES
 
     chosen = [p for p in BASIC_PASSES if p.level <= level]
-    chosen = chosen[:-1] + BASIC_FUSIONS + chosen[-1:]
+    chosen = chosen[:-1] + BASIC_FUSIONS + MISC_PASSES + chosen[-1:]
     if level >= 2:
-        chosen = chosen[:-1] + [p for p in FUSION_PASSES if p.level <= level] + chosen[-1:]
+        # attention fusion must see the MatMul scales before MatMulScaleFusion folds them
+        chosen = chosen[:-1] + QDQ_PASSES + TRANSFORMER_PASSES + [p for p in FUSION_PASSES if p.level <= level] \
+            + chosen[-1:]
     return [p for p in chosen if p.name not in disabled]
 
 

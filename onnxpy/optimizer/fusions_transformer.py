@@ -510,8 +510,8 @@ class AttentionFusion(Pass):
             out = ctx.fresh(out_t.outputs[0] + "_mha")
             mha = Node("MultiHeadAttention", MS, names + ["", "", mask], [out],
                        {"num_heads": int(n_heads), "scale": float(scale)}, name=ctx.fresh("MultiHeadAttention"))
-            final = m.cons[out_t.outputs[0]][0]
-            final.inputs = [out] + final.inputs[1:]
+            for r in m.cons[out_t.outputs[0]]:  # the final Reshape and batch/sequence Shape readers
+                r.inputs = [out] + r.inputs[1:]
             idx = g.nodes.index(out_t)
             g.nodes[idx:idx + 1] = new_nodes + [mha]
             for n in dead:
@@ -550,11 +550,15 @@ class AttentionFusion(Pass):
         if pv is None or pv.inputs[0] != sm.outputs[0]:
             return None
         out_t = _only_reader(m, pv.outputs[0], "Transpose")
-        if out_t is None or list(out_t.attrs.get("perm", [])) != [0, 2, 1, 3]:
+        if out_t is None or list(out_t.attrs.get("perm", [])) != [0, 2, 1, 3] or out_t.outputs[0] in m.outs:
             return None
-        final = _only_reader(m, out_t.outputs[0], "Reshape")
-        if final is None:
+        # readers: the final Reshape, and Shape nodes whose values are only used for dims 0/1 (batch, sequence),
+        # which the fused [B, S, N*D] output shares (torchscript computes the final shape that way)
+        readers = _readers(m, out_t.outputs[0])
+        finals = [r for r in readers if _is(r, "Reshape") and r.inputs[0] == out_t.outputs[0]]
+        if len(finals) != 1 or any(r is not finals[0] and not self._batch_seq_shape(g, m, r) for r in readers):
             return None
+        final = finals[0]
         fent = _shape_entries(g, m, final.inputs[1])
         if fent is None or len(fent) not in (2, 3) or fent[-1] == 0 or \
                 (len(fent) == 2 and fent[0] == 0 and not final.attrs.get("allowzero", 0)):
@@ -618,6 +622,17 @@ class AttentionFusion(Pass):
             if m.single_use(h[4].outputs[0]):
                 dead.append(h[4])
         return qh[0], kh[0], vh[0], mask, n_heads, scale, out_t, dead
+
+    @staticmethod
+    def _batch_seq_shape(g, m, n):
+        if not _is(n, "Shape") or int(n.attrs.get("start", 0)) != 0 or n.outputs[0] in m.outs:
+            return False
+        for gat in _readers(m, n.outputs[0]):
+            idx = g.initializers.get(gat.inputs[1]) if _is(gat, "Gather") and len(gat.inputs) > 1 else None
+            if idx is None or gat.inputs[0] != n.outputs[0] or int(gat.attrs.get("axis", 0)) != 0 \
+                    or idx.dtype.kind not in "iu" or not np.all((idx == 0) | (idx == 1)):
+                return False
+        return True
 
     @staticmethod
     def _full_mask(g, m, ctx, mask):

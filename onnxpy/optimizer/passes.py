@@ -53,6 +53,12 @@ class ConstantFolding(Pass):
             return False
         if n.op_type in ("Dropout",) and len(n.outputs) > 1:
             return False
+        if n.op_type == "DequantizeLinear":
+            # kept for the QDQ fusions (as onnxruntime does) unless they are switched off
+            from .fusions_qdq import qdq_disabled
+
+            if not qdq_disabled(ctx):
+                return False
         if any(o in ctx.protected for o in n.outputs):
             return False
         return all((not x) or x in consts for x in n.inputs)

@@ -93,3 +93,19 @@ def assert_outputs_close(got, want, rtol, atol, exact_kinds="iub"):
             np.testing.assert_array_equal(g, w)
         else:
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def infer_output_types(m, out_types=None):
+    """Give ``m``'s graph outputs the types onnx shape inference finds for them, shapes dropped (in place).
+
+    ``out_types``: element types paired with the outputs (zip order); one that is not None is set instead.
+    """
+    inferred = onnx.shape_inference.infer_shapes(m)
+    types = {v.name: v.type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for o, t in zip(m.graph.output, out_types or [None] * len(m.graph.output)):
+        if t is not None:
+            o.type.tensor_type.elem_type = t
+        elif o.name in types and types[o.name].WhichOneof("value"):
+            o.type.CopyFrom(types[o.name])
+            o.type.tensor_type.ClearField("shape")
+    return m

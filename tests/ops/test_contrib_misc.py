@@ -15,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
 from onnxpy.dtypes import from_numpy
+from _oracle import run_onnxpy as _run_onnxpy
+from _oracle import run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -24,29 +26,14 @@ RNG = np.random.default_rng(20240611)
 
 
 def _model(op, inputs, attrs=None, n_out=1, domain=MS):
-    names, vis, feeds = [], [], {}
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        x = np.asarray(x)
-        et = TensorProto.STRING if x.dtype == object else from_numpy(x.dtype)
-        vis.append(helper.make_tensor_value_info(nm, et, None))
-        feeds[nm] = x
-    outs = [f"out{j}" for j in range(n_out)]
-    node = helper.make_node(op, names, outs, domain=domain, **(attrs or {}))
-    g = helper.make_graph([node], "g", vis, [onnx.ValueInfoProto(name=o) for o in outs])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)])
+    m, feeds = single_node(op, inputs, n_out, opsets=[("", 17), (domain, 1)], domain=domain, shapes=False,
+                           **(attrs or {}))
     return m.SerializeToString(), feeds
 
 
 def _run_both(op, inputs, attrs=None, n_out=1, domain=MS):
     mb, feeds = _model(op, inputs, attrs, n_out, domain)
-    want = ort.InferenceSession(mb, providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = onnxpy.InferenceSession(mb).run(None, feeds)
-    return want, got
+    return run_ort(mb, feeds), _run_onnxpy(mb, feeds)
 
 
 def check(op, inputs, attrs=None, n_out=1, rtol=1e-5, atol=1e-6):
@@ -62,8 +49,7 @@ def check(op, inputs, attrs=None, n_out=1, rtol=1e-5, atol=1e-6):
 
 
 def run_onnxpy(op, inputs, attrs=None, n_out=1, domain=MS):
-    mb, feeds = _model(op, inputs, attrs, n_out, domain)
-    return onnxpy.InferenceSession(mb).run(None, feeds)
+    return _run_onnxpy(*_model(op, inputs, attrs, n_out, domain))
 
 
 def f32(*shape):

@@ -14,7 +14,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import onnxpy
-from onnxpy.dtypes import from_numpy
+from _oracle import run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(2024)
@@ -24,32 +24,12 @@ RNG = np.random.default_rng(2024)
 
 
 def _model(op, inputs, n_out=1, inits=(), model_opset=21, domain="com.microsoft", **attrs):
-    names, vis, feeds, init_protos = [], [], {}, []
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        x = np.asarray(x)
-        if i in inits:
-            init_protos.append(numpy_helper.from_array(x, nm))
-        else:
-            vis.append(h.make_tensor_value_info(nm, from_numpy(x.dtype), list(x.shape)))
-            feeds[nm] = x
-    outs = [f"out{j}" for j in range(n_out)]
-    node = h.make_node(op, names, outs, domain=domain, **attrs)
-    g = h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info(o) for o in outs], init_protos)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", model_opset), h.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 10
-    return m, feeds
+    return single_node(op, inputs, n_out, opsets=[("", model_opset), ("com.microsoft", 1)], domain=domain,
+                       inits=inits, ir_version=10, **attrs)
 
 
 def _ort(model_bytes, feeds, optimize=False):
-    so = ort.SessionOptions()
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return run_ort(model_bytes, feeds, optimize=optimize)
 
 
 def _check(op, inputs, n_out=1, *, atol=1e-5, rtol=1e-5, steps=0, inits=(), **attrs):

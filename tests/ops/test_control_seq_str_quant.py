@@ -16,8 +16,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-import onnxpy
 from onnxpy.dtypes import from_numpy
+from _oracle import run_onnxpy, run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(1234)
@@ -34,35 +34,14 @@ def _vi(name, x):
 
 def _single(op, inputs, n_out=1, opset=21, inits=(), **attrs):
     """One-node model; ``inputs`` is a list of arrays or None; indexes in ``inits`` become initializers."""
-    names, vis, feeds, init_protos = [], [], {}, []
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        if i in inits:
-            init_protos.append(numpy_helper.from_array(np.asarray(x), nm))
-        else:
-            vis.append(_vi(nm, x))
-            feeds[nm] = np.asarray(x)
-    outs = [f"out{j}" for j in range(n_out)]
-    g = h.make_graph([h.make_node(op, names, outs, **attrs)], "g", vis,
-                     [h.make_empty_tensor_value_info(o) for o in outs], init_protos)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m, feeds
+    return single_node(op, inputs, n_out, opsets=[("", opset)], inits=inits, ir_version=10, **attrs)
 
 
 def _run_both(model, feeds):
-    b = model.SerializeToString()
-    got = onnxpy.InferenceSession(b).run(None, feeds)
-    exp = ort.InferenceSession(b, providers=["CPUExecutionProvider"]).run(None, feeds)
-    return got, exp
+    return run_onnxpy(model, feeds), run_ort(model, feeds)
 
 
-def _ours(model, feeds):
-    return onnxpy.InferenceSession(model.SerializeToString()).run(None, feeds)
+_ours = run_onnxpy
 
 
 def _same(got, exp, exact=True):

@@ -3,72 +3,33 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import onnxpy
-from onnxpy.dtypes import from_numpy
+from _oracle import Init, assert_outputs_close, infer_output_types, run_onnxpy, run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 
 RNG = np.random.default_rng(1234)
 
 
-class Init:
-    """An input passed as an initializer (constant) instead of a graph input."""
-
-    def __init__(self, value):
-        self.value = np.asarray(value)
-
-
 def _model(op, inputs, n_out, opset, attrs, out_types=None):
-    names, vis, feeds, inits = [], [], {}, []
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        if isinstance(x, Init):
-            inits.append(numpy_helper.from_array(x.value, nm))
-            continue
-        x = np.asarray(x)
-        vis.append(helper.make_tensor_value_info(nm, from_numpy(x.dtype), list(x.shape)))
-        feeds[nm] = x
-    outs = [f"out{j}" for j in range(n_out)]
-    node = helper.make_node(op, names, outs, **attrs)
-    out_types = out_types or [None] * n_out
-    graph = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info(o, 0, None) for o in outs], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10 if opset < 23 else 11
-    inferred = onnx.shape_inference.infer_shapes(m)
-    types = {v.name: v.type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    for o, t in zip(m.graph.output, out_types):
-        if t is not None:
-            o.type.tensor_type.elem_type = t
-        elif o.name in types and types[o.name].WhichOneof("value"):
-            o.type.CopyFrom(types[o.name])
-            o.type.tensor_type.ClearField("shape")
+    out_infos = [helper.make_tensor_value_info(f"out{j}", 0, None) for j in range(n_out)]
+    m, feeds = single_node(op, inputs, n_out, opsets=[("", opset)], out_infos=out_infos,
+                           ir_version=10 if opset < 23 else 11, **attrs)
+    infer_output_types(m, out_types or [None] * n_out)
     return m.SerializeToString(), feeds
 
 
 def run_both(op, inputs, attrs=None, opset=19, n_out=1, out_types=None):
     data, feeds = _model(op, inputs, n_out, opset, attrs or {}, out_types)
-    got = onnxpy.InferenceSession(data).run(None, feeds)
-    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
-    return got, want
+    return run_onnxpy(data, feeds), run_ort(data, feeds)
 
 
 def check(op, inputs, attrs=None, opset=19, n_out=1, rtol=1e-4, atol=1e-5, out_types=None):
     got, want = run_both(op, inputs, attrs, opset, n_out, out_types)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype, (g.dtype, w.dtype)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        if g.dtype.kind in "iub":
-            np.testing.assert_array_equal(g, w)
-        else:
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+    assert_outputs_close(got, want, rtol, atol)
     return got
 
 

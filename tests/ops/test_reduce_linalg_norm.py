@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxpy
+from _oracle import assert_outputs_close
 
 RNG = np.random.default_rng(1234)
 
@@ -56,13 +57,7 @@ def check(node, opset, feeds, rtol=1e-5, atol=1e-6, out_types=None):
     ours = run_onnxpy(node, opset, feeds, out_types)
     ref = run_ort(node, opset, feeds, out_types)
     assert len(ours) == len(ref)
-    for a, b in zip(ours, ref):
-        assert a.dtype == b.dtype, (a.dtype, b.dtype)
-        assert a.shape == b.shape, (a.shape, b.shape)
-        if a.dtype.kind in "iub":
-            np.testing.assert_array_equal(a, b)
-        else:
-            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol)
+    assert_outputs_close(ours, ref, rtol, atol)
     return ours
 
 

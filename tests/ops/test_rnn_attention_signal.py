@@ -13,8 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnxpy
-from onnxpy.dtypes import from_numpy
+from _oracle import run_onnxpy, run_ort, single_node
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(7)
@@ -27,34 +26,19 @@ RNG = np.random.default_rng(7)
 def _model(op, inputs, outputs, attrs, opset, domain=""):
     """One-node model; ``inputs`` is a list of arrays or None (absent optional input); ``outputs`` names,
     "" for an absent optional output."""
-    names, vis, feeds = [], [], {}
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        x = np.asarray(x)
-        vis.append(helper.make_tensor_value_info(nm, from_numpy(x.dtype), list(x.shape)))
-        feeds[nm] = x
-    outs = [onnx.ValueInfoProto(name=o) for o in outputs if o]
-    node = helper.make_node(op, names, outputs, domain=domain, **attrs)
-    g = helper.make_graph([node], "g", vis, outs)
-    imports = [helper.make_opsetid(domain, opset)]
+    imports = [(domain, opset)]
     if domain:
-        imports.append(helper.make_opsetid("", 21))
-    m = helper.make_model(g, opset_imports=imports, ir_version=10)
+        imports.append(("", 21))
+    m, feeds = single_node(op, inputs, outputs, opsets=imports, domain=domain, ir_version=10, **attrs)
     return m.SerializeToString(), feeds
 
 
 def _run(op, inputs, outputs, attrs, opset, domain=""):
-    mb, feeds = _model(op, inputs, outputs, attrs, opset, domain)
-    return onnxpy.InferenceSession(mb).run(None, feeds)
+    return run_onnxpy(*_model(op, inputs, outputs, attrs, opset, domain))
 
 
 def _ort(op, inputs, outputs, attrs, opset, domain=""):
-    mb, feeds = _model(op, inputs, outputs, attrs, opset, domain)
-    return ort.InferenceSession(mb, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return run_ort(*_model(op, inputs, outputs, attrs, opset, domain))
 
 
 def _check(op, inputs, outputs, attrs, opset, rtol=1e-4, atol=1e-5, domain=""):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
-from onnxpy.dtypes import from_numpy
+import _oracle as oracle
+from _oracle import Init, infer_output_types, single_node
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -19,52 +19,17 @@ RNG = np.random.default_rng(0)
 
 
 def _model(op, inputs, n_out, opset, attrs, domain=""):
-    names, vis, feeds, inits = [], [], {}, []
-    for i, x in enumerate(inputs):
-        if x is None:
-            names.append("")
-            continue
-        nm = f"in{i}"
-        names.append(nm)
-        if isinstance(x, Init):
-            inits.append(numpy_helper.from_array(x.value, nm))
-            continue
-        x = np.asarray(x)
-        vis.append(helper.make_tensor_value_info(nm, from_numpy(x.dtype), list(x.shape)))
-        feeds[nm] = x
-    outs = [f"out{j}" for j in range(n_out)]
-    node = helper.make_node(op, names, outs, domain=domain, **attrs)
-    graph = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info(o, 0, None) for o in outs], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
-    m.ir_version = 10 if opset < 23 else 11
-    for o in m.graph.output:
-        o.ClearField("type")
-    inferred = onnx.shape_inference.infer_shapes(m)
-    types = {v.name: v.type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    for o in m.graph.output:
-        if o.name in types and types[o.name].WhichOneof("value"):
-            o.type.CopyFrom(types[o.name])
-            o.type.tensor_type.ClearField("shape")
-    return m.SerializeToString(), feeds
-
-
-class Init:
-    """Marks an input to be stored as an initializer (a constant) rather than fed."""
-
-    def __init__(self, value):
-        self.value = np.asarray(value)
+    m, feeds = single_node(op, inputs, n_out, opsets=[(domain, opset)], domain=domain,
+                           ir_version=10 if opset < 23 else 11, **attrs)
+    return infer_output_types(m).SerializeToString(), feeds
 
 
 def run_ours(op, inputs, n_out=1, opset=21, **attrs):
-    b, feeds = _model(op, inputs, n_out, opset, attrs)
-    return onnxpy.InferenceSession(b).run(None, feeds)
+    return oracle.run_onnxpy(*_model(op, inputs, n_out, opset, attrs))
 
 
 def run_ort(op, inputs, n_out=1, opset=21, **attrs):
-    b, feeds = _model(op, inputs, n_out, opset, attrs)
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    return ort.InferenceSession(b, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return oracle.run_ort(*_model(op, inputs, n_out, opset, attrs), quiet=True)
 
 
 def assert_same(got, exp):
