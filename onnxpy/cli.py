@@ -2,6 +2,7 @@
 
     onnxpy run [MODEL] [--input name=file.npy ...] [--repeat N]    run a model (default: the embedded CNN)
     onnxpy info MODEL                                               inputs, outputs, opsets, op counts
+    onnxpy optimize IN OUT [--level basic|extended|all]            save the optimized model
     onnxpy conformance [REGEX]                                      the ONNX backend suite, prints N/M passed
     onnxpy bench MODEL [-r N | -t SECONDS] [--compare-onnxruntime]  latency benchmark
     onnxpy profile MODEL [-o report.html]                           HTML profile report
@@ -139,6 +140,34 @@ def cmd_info(args) -> int:
     return EXIT_OK
 
 
+LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+
+
+def cmd_optimize(args) -> int:
+    from . import InferenceSession, SessionOptions
+
+    so = SessionOptions()
+    so.graph_optimization_level = LEVELS[args.level]
+    so.optimized_model_filepath = args.output
+    if args.external_data:
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", args.external_data)
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                    str(args.external_min_bytes))
+    kwargs = {"disabled_optimizers": args.disable.split(",")} if args.disable else {}
+    t0 = time.perf_counter()
+    sess = InferenceSession(args.input, so, **kwargs)
+    applied = getattr(sess._model, "applied_passes", {}) or {}
+    import onnx
+
+    before = len(onnx.load(args.input, load_external_data=False).graph.node)
+    after = len(onnx.load(args.output, load_external_data=False).graph.node)
+    print(f"optimized at level '{args.level}' in {(time.perf_counter() - t0) * 1e3:.0f} ms: {before} -> {after} nodes")
+    for name, n in sorted(applied.items()):
+        print(f"  {name}: {n}")
+    print(f"wrote {args.output}")
+    return EXIT_OK
+
+
 def cmd_conformance(args) -> int:
     from .testing.conformance import main as conf_main
 
@@ -164,6 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="inputs, outputs, opsets and op counts of a model")
     i.add_argument("model")
     i.set_defaults(fn=cmd_info)
+    o = sub.add_parser("optimize", help="optimize a model at an onnxruntime optimization level and save it")
+    o.add_argument("input")
+    o.add_argument("output")
+    o.add_argument("--level", choices=list(LEVELS), default="extended",
+                   help="basic/extended models also load in onnxruntime (default: extended)")
+    o.add_argument("--disable", default="", help="comma-separated pass names to switch off (disabled_optimizers)")
+    o.add_argument("--external-data", metavar="FILE", help="write large initializers to this external data file")
+    o.add_argument("--external-min-bytes", type=int, default=1024, help="size from which a tensor goes external")
+    o.set_defaults(fn=cmd_optimize)
     c = sub.add_parser("conformance", help="run the ONNX backend test suite; prints N/M passed")
     c.add_argument("pattern", nargs="?", default="")
     c.add_argument("-v", "--verbose", action="store_true")

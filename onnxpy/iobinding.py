@@ -68,7 +68,8 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self):
-        return [r._value for r in self._results]
+        # copies, like onnxruntime: a later run must not change arrays already handed out
+        return [r._value.copy() if isinstance(r._value, np.ndarray) else r._value for r in self._results]
 
     def _run(self, run_options=None):
         names = list(self._outputs)

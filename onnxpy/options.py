@@ -57,6 +57,7 @@ class SessionOptions:
         self._free_dims_by_name: dict[str, int] = {}
         self._free_dims_by_denotation: dict[str, int] = {}
         self._initializers: dict = {}
+        self._external_names: set = set()
         self._custom_ops: dict = {}
 
     def __setattr__(self, name, value):
@@ -66,7 +67,7 @@ class SessionOptions:
         """A copy with its own config/override/initializer tables (what a session keeps, like onnxruntime)."""
         c = SessionOptions.__new__(SessionOptions)
         for k, v in self.__dict__.items():
-            object.__setattr__(c, k, dict(v) if isinstance(v, dict) else v)
+            object.__setattr__(c, k, type(v)(v) if isinstance(v, (dict, set)) else v)
         return c
 
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -104,6 +105,7 @@ class SessionOptions:
             raise RuntimeError("Expecting names and ort_values lists to have equal length")
         for n, v in zip(names, values):
             self.add_initializer(n, v)
+            self._external_names.add(str(n))
 
     def register_custom_op(self, domain: str, op_type: str, fn, since: int = 1) -> None:
         """Register a Python callable as the kernel for ``(domain, op_type)`` in sessions using these options."""

@@ -74,7 +74,7 @@ class OrtValue:
         dt = _element_type(element_type)
         dims = tuple(int(s) for s in shape)
         if any(d < 0 for d in dims):
-            raise RuntimeError(f"Tensor shape.Size() must be >= 0, got shape {list(dims)}")
+            raise RuntimeError(f"Invalid shape {list(dims)}: Tensor shape.Size() must be >= 0")
         arr = np.zeros(dims, dtype=dt)
         if dt == np.dtype(object):
             arr[...] = ""

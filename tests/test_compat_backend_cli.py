@@ -92,3 +92,20 @@ def test_cli_run_npz_inputs(tmp_path, add_model_bytes, capsys):
     np.savez(tmp_path / "feeds.npz", X=np.ones((2, 3), np.float32), Y=np.full((2, 3), 2, np.float32))
     assert cli.main(["run", str(p), "--input", str(tmp_path / "feeds.npz"), "--repeat", "1"]) == 0
     assert "[[3. 3. 3.]" in capsys.readouterr().out
+
+
+def test_cli_optimize(tmp_path, capsys):
+    import onnx
+
+    from onnxpy.models import default_model
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "opt.onnx"
+    onnx.save(default_model(), str(src))
+    assert cli.main(["optimize", str(src), str(dst), "--level", "basic"]) == 0
+    out = capsys.readouterr().out
+    assert "ConvBNFusion: 1" in out and "10 -> 9 nodes" in out
+    ops = [n.op_type for n in onnx.load(str(dst)).graph.node]
+    assert "BatchNormalization" not in ops
+    feed = {"image": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    np.testing.assert_allclose(onnxpy.InferenceSession(str(dst)).run(None, feed)[0],
+                               onnxpy.InferenceSession(str(src)).run(None, feed)[0], rtol=1e-5, atol=1e-6)
