@@ -14,6 +14,7 @@ class IOBinding:
         self._inputs: dict[str, object] = {}
         self._outputs: dict[str, OrtValue | None] = {}
         self._results: list[OrtValue] = []
+        self._prev: dict[str, OrtValue] = {}
 
     def _check_input_name(self, name):
         if name not in self._session._state.feed_specs:
@@ -60,6 +61,7 @@ class IOBinding:
     def clear_binding_outputs(self):
         self._outputs.clear()
         self._results = []
+        self._prev = {}
 
     def get_outputs(self):
         return list(self._results)
@@ -97,9 +99,16 @@ class IOBinding:
                     )
                 np.copyto(dst, val, casting="unsafe")
                 results.append(pre)
+            elif (name in self._prev and isinstance(val, np.ndarray) and isinstance(self._prev[name]._value, np.ndarray)
+                  and self._prev[name]._value.shape == val.shape and self._prev[name]._value.dtype == val.dtype):
+                # like onnxruntime, an output bound without a buffer reuses the OrtValue the previous run returned
+                prev = self._prev[name]
+                np.copyto(prev._value, val)
+                results.append(prev)
             else:
                 results.append(OrtValue(val))
         self._results = results
+        self._prev = {n: r for n, r in zip(names, results) if self._outputs.get(n) is None}
 
 
 __all__ = ["IOBinding", "dtypes"]

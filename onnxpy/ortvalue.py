@@ -133,6 +133,8 @@ class OrtValue:
         return dtypes.from_numpy(self._tensor().dtype)
 
     def device_name(self) -> str:
+        if not isinstance(self._value, np.ndarray) and not self.is_sparse_tensor():
+            raise RuntimeError("Only OrtValues that are Tensors/SparseTensors are currently supported")
         return self._device
 
     def has_value(self) -> bool:

@@ -35,7 +35,6 @@ class InferenceSession:
         self._model = self._state.model
         self._plan = self._state.plan
         self._inputs = self._state.inputs
-        self._outputs = self._state.outputs
         self._overridable = self._state.overridable
 
     # -- metadata ---------------------------------------------------------------------------------
@@ -43,7 +42,7 @@ class InferenceSession:
         return list(self._inputs)
 
     def get_outputs(self):
-        return list(self._outputs)
+        return list(self._state.outputs)
 
     def get_overridable_initializers(self):
         return list(self._overridable)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import dtypes, limits, logging_utils
@@ -73,7 +75,18 @@ class SessionState:
         self.input_infos = [v for v in g.inputs if v.name not in init_names]
         self.inputs = [NodeArg.from_value_info(v, dim_override) for v in self.input_infos]
         self.overridable = [NodeArg.from_value_info(v) for v in g.inputs if v.name in init_names]
-        self.outputs = _output_node_args(g.outputs, source_proto)
+        # Output NodeArgs may need onnx's shape inference (for outputs declared without a shape); it runs on first
+        # use, not at load: it costs time on large models, and onnx's C++ inference can crash on hostile graphs.
+        needs = source_proto is not None and any(
+            v.type is None or v.type.kind != "tensor" or v.type.shape is None
+            or any(not isinstance(d, int) for d in v.type.shape) for v in g.outputs)
+        self._output_values, self._outputs = g.outputs, None
+        try:
+            self._slim = _slim_proto(source_proto) if needs else None
+        except (ValueError, TypeError):  # e.g. names that are not valid UTF-8: no inference, declared types stay
+            self._slim = None
+        model.proto = None  # the decoded arrays are what runs; the protobuf copy would double the memory
+        self._outputs_lock = threading.Lock()
         self.required = [v.name for v in self.input_infos if v.type is None or v.type.kind != "optional"]
         self.feedable = {v.name: v for v in g.inputs}
         # name -> (slot, kind, np dtype or None, checked dims tuple or None)
@@ -102,7 +115,23 @@ class SessionState:
             custom_metadata_map=model.metadata,
         )
 
+    @property
+    def outputs(self) -> list:
+        if self._outputs is None:
+            with self._outputs_lock:
+                if self._outputs is None:
+                    self._outputs = _output_node_args(self._output_values, self._slim)
+                    self._slim = None
+        return self._outputs
+
     def _apply_initializer_overrides(self, model):
+        ext = getattr(self.options, "_external_names", ())
+        if ext and getattr(model, "proto", None) is not None:  # onnxruntime only replaces external initializers
+            from .capi.onnxruntime_pybind11_state import Fail
+
+            stored = {t.name: t.data_location for t in model.proto.graph.initializer}
+            if any(stored.get(n, 1) != 1 for n in ext):
+                raise Fail.make("Trying to replace non-external initializer with external data")
         for name, ov in self.options._initializers.items():
             model.graph.initializers[name] = ov._value
 
@@ -148,8 +177,13 @@ class SessionState:
             et = t.elem if t is not None else None
             return slot, [self._convert_tensor(name, np.asarray(x) if et is None else x, et, None) for x in value]
         if kind == "map":
+            if isinstance(value, np.ndarray):  # onnxruntime's text
+                raise InvalidArgument.make(f"input with name: '{name}' expected to be of type: 1 but received a tensor")
             if not isinstance(value, dict):
                 raise InvalidArgument.make(f"Input '{name}' expects a map (dict), got {type(value).__name__}")
+            if not value:
+                raise RuntimeError("Size of dictionary is empty, unable to run the prediction.")
+            _check_map_keys(value, t)
             vt = t.elem.np_dtype if t is not None and t.elem is not None else None
             if vt is not None and vt.kind != "O":
                 value = {k: vt.type(v) for k, v in value.items()}
@@ -171,7 +205,9 @@ class SessionState:
                 raise InvalidArgument.make(f"Input '{name}' is None but the model expects a tensor")
             elif isinstance(value, dict):
                 raise _map_for_tensor(name, value, t)
-            elif isinstance(value, (int, float, complex, np.number, np.bool_)):
+            elif isinstance(value, (np.number, np.bool_)):  # onnxpy extra: onnxruntime refuses numpy scalars
+                value = np.asarray(value)
+            elif isinstance(value, (int, float, complex)):
                 raise RuntimeError(f"Unable to handle object of type {type(value)}")
             else:
                 raise RuntimeError(f"Input must be a list of dictionaries or a single numpy array for input '{name}'.")
@@ -235,7 +271,8 @@ class SessionState:
         if idx is not None:
             outs = [outs[i] for i in idx]
         keep = self._const_ids.union(id(v) for _, v in feeds)
-        return [_detach(o, keep) if isinstance(o, np.ndarray) else o for o in outs]
+        return [_detach(o, keep) if isinstance(o, np.ndarray) else _py_map(o) if isinstance(o, dict) else o
+                for o in outs]
 
     def _execute(self, plan, feeds, run_options, ctx):
         if self.parallel is not None and plan is self.plan and self.profiler is None:
@@ -321,12 +358,32 @@ def _as_strings(value: np.ndarray) -> np.ndarray:
     return out
 
 
+def _py_map(d: dict) -> dict:
+    """A map output with Python keys and values (int/str/float), as onnxruntime returns it."""
+    return {(k.item() if isinstance(k, np.generic) else k): (v.item() if isinstance(v, np.generic) else v)
+            for k, v in d.items()}
+
+
+def _check_map_keys(value: dict, t) -> None:
+    """onnxruntime refuses a dict whose key kind (str/int) differs from the declared map key type."""
+    if t is None or not t.key_type:
+        return
+    want_str = t.key_type == 8  # STRING
+    k = next(iter(value))
+    if isinstance(k, (str, np.str_)) != want_str:
+        got = "string" if isinstance(k, str) else "int64"
+        exp = f"map({dtypes.type_name(t.key_type)},{t.elem.ort_str() if t.elem is not None else ''})"
+        raise InvalidArgument.make(
+            f"Unexpected input data type. Actual: ((map({got},tensor(float)))) , expected: (({exp}))")
+
+
 def _map_for_tensor(name, value: dict, t):
     """onnxruntime's error for a dict fed where a tensor is expected."""
     k = next(iter(value), "")
     v = value[k] if value else 0.0
     if isinstance(v, str):
-        return RuntimeError(f"Unexpected value type  {type(v)}, it cannot be linked to C type string for input '{name}'.")
+        return RuntimeError(
+            f"Unexpected value type  {type(v)}, it cannot be linked to C type string for input '{name}'.")
     key = "string" if isinstance(k, str) else "int64"
     exp = f"tensor({dtypes.type_name(t.elem_type)})" if t is not None and t.elem_type else "tensor"
     return InvalidArgument.make(
@@ -372,8 +429,8 @@ def _merge_type(decl, inf):
     return decl
 
 
-def _inferred_output_types(proto) -> dict:
-    """Graph outputs' types from onnx shape inference, on a copy without the large initializers' data."""
+def _slim_proto(proto):
+    """A copy of the model for shape inference: nodes and types, without the large initializers' data."""
     import onnx
 
     g = proto.graph
@@ -398,7 +455,14 @@ def _inferred_output_types(proto) -> dict:
             stub.data_location = onnx.TensorProto.EXTERNAL
             e = stub.external_data.add()
             e.key, e.value = "location", "__onnxpy_not_loaded__"
-    inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=False)
+    return m
+
+
+def _inferred_output_types(slim) -> dict:
+    """Graph outputs' types from onnx shape inference on a slim copy (see :func:`_slim_proto`)."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(slim, check_type=False, strict_mode=False, data_prop=False)
     from .ir.load import decode_type
 
     return {o.name: _forget_generated_dims(decode_type(o.type)) for o in inferred.graph.output if o.HasField("type")}
@@ -423,8 +487,7 @@ def _output_node_args(outputs, proto) -> list:
     from .ir.model import ValueInfo
 
     inferred = {}
-    if proto is not None and any(v.type is None or v.type.kind != "tensor" or v.type.shape is None
-                                 or any(not isinstance(d, int) for d in v.type.shape) for v in outputs):
+    if proto is not None:
         try:
             inferred = _inferred_output_types(proto)
         except Exception:  # noqa: BLE001 - inference is best effort; the declared types stay

@@ -68,11 +68,12 @@ def ov_info(o, values=True):
 
 
 def clean(msg: str) -> str:
-    """onnxruntime messages sometimes carry a C++ source location; compare the text after it."""
+    """onnxruntime messages sometimes carry a C++ source location and the failed check; compare the text after."""
     msg = msg.rstrip("\n")
-    if msg.startswith("/onnxruntime_src/"):
-        msg = msg.split("> ", 1)[-1] if ">" in msg.split(" ", 2)[-1][:400] else msg
-        msg = msg.split(") ", 1)[-1] if msg.startswith("/onnxruntime_src/") else msg
+    if "was false. " in msg:
+        msg = msg.rsplit("was false. ", 1)[-1]
+    elif msg.startswith("/onnxruntime_src/"):
+        msg = msg.split("[ONNXRuntimeError]", 1)[-1] if "[ONNXRuntimeError]" in msg else msg.split(")> ", 1)[-1]
     return msg
 
 
@@ -221,9 +222,12 @@ def test_feed_every_dtype_and_layout(elem):
     else:
         arr = np.array([[1, 0], [1, 1]]).astype(h.tensor_dtype_to_np_dtype(elem))
     for feed in (arr, arr.tolist(), np.asfortranarray(arr), arr[::-1, ::-1], arr[:, :1], arr[:0]):
-        same(lambda m: sess(m, model).run(None, {"X": feed}))
-    # a numpy scalar (not a 0-d array) is refused by both
-    same_error(lambda m: sess(m, model).run(None, {"X": arr[0, 0]}), "RuntimeError")
+        same(lambda m, feed=feed: sess(m, model).run(None, {"X": feed}))
+    if elem != T.STRING:  # a numpy scalar (not a 0-d array): onnxpy takes it as 0-d (deliberate), onnxruntime not
+        with pytest.raises(RuntimeError, match="Unable to handle object of type"):
+            sess(ortref, model).run(None, {"X": arr[0, 0]})
+        with pytest.raises(onnxpy.InvalidArgument, match="Invalid rank for input: X Got: 0 Expected: 2"):
+            onnxpy.InferenceSession(model).run(None, {"X": arr[0, 0]})
     wrong = np.ones((2, 2), np.float64 if elem == T.FLOAT else np.float32)
     same_error(lambda m: sess(m, model).run(None, {"X": wrong}), "InvalidArgument")
     wrong_int = np.ones((2, 2), np.int32 if elem == T.INT64 else np.int64)
@@ -233,7 +237,10 @@ def test_feed_every_dtype_and_layout(elem):
 def test_feed_0d_and_scalar_inputs():
     model = _identity(T.FLOAT, ())
     same(lambda m: sess(m, model).run(None, {"X": np.array(2.5, np.float32)}))
-    same_error(lambda m: sess(m, model).run(None, {"X": np.float32(2.5)}), "RuntimeError")
+    # deliberate: onnxpy accepts a numpy scalar as a 0-d tensor (the ONNX backend test data holds some)
+    with pytest.raises(RuntimeError, match="Unable to handle object of type <class 'numpy.float32'>"):
+        sess(ortref, model).run(None, {"X": np.float32(2.5)})
+    assert onnxpy.InferenceSession(model).run(None, {"X": np.float32(2.5)})[0] == np.float32(2.5)
     same_error(lambda m: sess(m, model).run(None, {"X": 2.5}), "RuntimeError")
     same_error(lambda m: sess(m, model).run(None, {"X": 2}), "RuntimeError")
     # a rank-0 declared input is not shape-checked by onnxruntime
@@ -247,7 +254,8 @@ FLOAT_FEEDS = {
     "rank1": X23[0], "empty": np.zeros((0, 3), np.float32), "strided": np.ones((2, 6), np.float32)[:, ::2],
     "readonly": np.frombuffer(X23.tobytes(), np.float32).reshape(2, 3), "str": "abc", "bytes": b"abc",
     "np_str": np.str_("x"), "np_bytes": np.bytes_(b"x"), "set": {1.0}, "range": range(3), "py_bool": True,
-    "dict_int_float": {1: 2.0}, "dict_str_float": {"a": 2.5}, "dict_str_str": {"a": "b"}, "list_of_arrays": [X23[0], X23[1]],
+    "dict_int_float": {1: 2.0}, "dict_str_float": {"a": 2.5}, "dict_str_str": {"a": "b"},
+    "list_of_arrays": [X23[0], X23[1]],
     "empty_list": [], "int64": X23.astype(np.int64), "int32": X23.astype(np.int32), "float64": X23.astype(np.float64),
     "float16": X23.astype(np.float16),
 }
@@ -345,7 +353,7 @@ SEQ_ID = mk([h.make_value_info("S", SEQ)], [h.make_value_info("S2", SEQ)], [h.ma
                          ids=["two", "empty", "ragged_shapes", "ndarray"])
 def test_sequence_inputs(feed):
     for model in (SEQ_LEN, SEQ_ID):
-        same(lambda m: sess(m, model).run(None, {"S": feed}))
+        same(lambda m, model=model: sess(m, model).run(None, {"S": feed}))
 
 
 def test_sequence_input_extras():
@@ -405,16 +413,26 @@ DICTVEC_S = mk([h.make_value_info("M", MAP_SD)], [tvi("Y", T.DOUBLE, None)],
                extra=[("ai.onnx.ml", 3)])
 
 
-@pytest.mark.parametrize("feed", [{1: 2.0, 3: 4.0}, {1: 2, 3: 4}, {np.int64(1): np.float32(2)}, {}, [1.0], X23,
-                                  {"a": 1.0}], ids=["ok", "int_values", "np_keys", "empty", "list", "ndarray",
-                                                    "str_keys"])
+@pytest.mark.parametrize("feed", [{1: 2.0, 3: 4.0}, {1: 2, 3: 4}, {np.int64(1): np.float32(2)}, {}, X23,
+                                  {"a": 1.0}], ids=["ok", "int_values", "np_keys", "empty", "ndarray", "str_keys"])
 def test_map_inputs_int_keys(feed):
     same(lambda m: sess(m, DICTVEC_I).run(None, {"M": feed}))
 
 
-@pytest.mark.parametrize("feed", [{"a": 2.0}, {1: 2.0}], ids=["ok", "int_keys"])
+@pytest.mark.parametrize("feed", [{1: 2.0}], ids=["int_keys"])
 def test_map_inputs_str_keys(feed):
     same(lambda m: sess(m, DICTVEC_S).run(None, {"M": feed}))
+
+
+def test_map_input_extras_kept_in_onnxpy():
+    """Deliberate: onnxruntime builds every Python dict as map(.., tensor(float)) and so cannot feed a
+    map(string, double) input; onnxpy converts the values.  A list fed to a map input is an InvalidArgument naming
+    the input (onnxruntime: an internal RuntimeError about missing type information)."""
+    assert onnxpy.InferenceSession(DICTVEC_S).run(None, {"M": {"a": 2.0}})[0].tolist() == [[2.0, 0.0]]
+    with pytest.raises(Exception, match=r"Actual: \(\(map\(string,tensor\(float\)\)\)\)"):
+        sess(ortref, DICTVEC_S).run(None, {"M": {"a": 2.0}})
+    with pytest.raises(onnxpy.InvalidArgument, match="Input 'M' expects a map"):
+        onnxpy.InferenceSession(DICTVEC_I).run(None, {"M": [1.0]})
 
 
 def test_map_pass_through_and_zipmap_outputs():
@@ -423,8 +441,8 @@ def test_map_pass_through_and_zipmap_outputs():
     for labels in ({"classlabels_int64s": [0, 1, 2]}, {"classlabels_strings": ["a", "b", "c"]}):
         model = mk([tvi("X", T.FLOAT, ["N", 3])], [h.make_value_info("Z", UNTYPED)],
                    [h.make_node("ZipMap", ["X"], ["Z"], domain="ai.onnx.ml", **labels)], extra=[("ai.onnx.ml", 3)])
-        same(lambda m: sess(m, model).run(None, {"X": X23}))
-        same(lambda m: [type(v).__name__ for v in sess(m, model).run(None, {"X": X23})[0][0].values()])
+        same(lambda m, model=model: sess(m, model).run(None, {"X": X23}))
+        same(lambda m, model=model: [type(v).__name__ for v in sess(m, model).run(None, {"X": X23})[0][0].values()])
 
 
 # -- OrtValue -------------------------------------------------------------------------------------------------------
@@ -480,7 +498,7 @@ def test_ortvalue_from_shape_and_type_narrow_types(et):
 def test_ortvalue_constructor_errors():
     same_error(lambda m: m.OrtValue.ortvalue_from_shape_and_type([2], 99), "RuntimeError")
     same_error(lambda m: m.OrtValue.ortvalue_from_shape_and_type([-1, 3], np.float32), "RuntimeError",
-               prefix_only=True)
+               suffix="Tensor shape.Size() must be >= 0")
     same_error(lambda m: m.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ones(3, np.float64), 1), "RuntimeError")
     same_error(lambda m: m.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ones(3, np.float32), 99), "RuntimeError")
 
@@ -534,13 +552,16 @@ TWO_OUT = mk([tvi("X", T.FLOAT, ["N", 3])], [tvi("Y", T.FLOAT, None), h.make_val
 
 
 def test_run_with_ort_values():
-    def f(m, names=None, feed=None):
-        s = sess(m, TWO_OUT)
+    def f(m, names=None, feed=None, model=TWO_OUT):
+        s = sess(m, model)
         feed = feed if feed is not None else {"X": m.OrtValue.ortvalue_from_numpy(X23)}
-        return [ov_info(o) | {"type": type(o).__name__} for o in s.run_with_ort_values(names, feed)]
+        # (onnxruntime 1.32 returns a reused buffer for Y when Q is fetched too: values compared on RELU only)
+        return [ov_info(o, values=model is RELU) | {"type": type(o).__name__}
+                for o in s.run_with_ort_values(names, feed)]
     same(f)
     same(lambda m: f(m, ["Q"]))
-    same(lambda m: f(m, ["Y"]))
+    same(lambda m: f(m, None, None, RELU))
+    same(lambda m: f(m, ["Y"], None, RELU))
     same_error(lambda m: f(m, None, {"X": X23}), "AttributeError")
     same_error(lambda m: f(m, None, {"X": m.OrtValue.ortvalue_from_numpy(X23.astype(np.float64))}))
     same_error(lambda m: f(m, None, {}), "ValueError")
@@ -624,10 +645,12 @@ def test_iobinding_errors():
     # binding an output to another device without a buffer is accepted by onnxruntime's CPU build too
     same(lambda m: run(m, lambda b: (b.bind_cpu_input("X", X23), b.bind_output("Y", "cuda"))))
     out = np.zeros((3, 3), np.float32)
-    a = same_error(lambda m: run(m, lambda b: (b.bind_cpu_input("X", X23),
-                                               b.bind_output("Y", "cpu", 0, np.float32, [3, 3], out.ctypes.data))),
-                   "RuntimeError", prefix_only=True)
-    assert "has shape {3,3} but the computed output shape for this run is {2,3}" in a[2]
+    a, b = both(lambda m: run(m, lambda b: (b.bind_cpu_input("X", X23),
+                                            b.bind_output("Y", "cpu", 0, np.float32, [3, 3], out.ctypes.data))))
+    assert a[:2] == b[:2] == ("err", "RuntimeError")
+    for msg in (a[2], b[2]):
+        assert msg.startswith("Error in execution: ")
+        assert "has shape {3,3} but the computed output shape for this run is {2,3}" in msg
 
     def other_session(m):
         s1, s2 = sess(m, RELU), sess(m, RELU)
@@ -680,8 +703,8 @@ def test_session_options_set_and_read_back(attr, val):
     def f(m):
         v = val
         if isinstance(v, str) and v.startswith(("LEVEL_", "MODE_", "ORDER_")):
-            v = {"LEVEL_BASIC": m.GraphOptimizationLevel.ORT_ENABLE_BASIC, "MODE_PARALLEL": m.ExecutionMode.ORT_PARALLEL,
-                 "ORDER_PRIORITY": m.ExecutionOrder.PRIORITY_BASED}[v]
+            v = {"LEVEL_BASIC": m.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                 "MODE_PARALLEL": m.ExecutionMode.ORT_PARALLEL, "ORDER_PRIORITY": m.ExecutionOrder.PRIORITY_BASED}[v]
         so = m.SessionOptions()
         setattr(so, attr, v)
         return _attr(getattr(so, attr))
@@ -725,9 +748,10 @@ def test_config_entries():
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ro = m.RunOptions()
         ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        return [so.get_session_config_entry("session.intra_op.allow_spinning"), outcome(
-            lambda: so.get_session_config_entry("nope")), ro.get_run_config_entry("memory.enable_memory_arena_shrinkage"),
-            outcome(lambda: ro.get_run_config_entry("nope"))]
+        return [so.get_session_config_entry("session.intra_op.allow_spinning"),
+                outcome(lambda: so.get_session_config_entry("nope")),
+                ro.get_run_config_entry("memory.enable_memory_arena_shrinkage"),
+                outcome(lambda: ro.get_run_config_entry("nope"))]
     same(f)
     a, b = both(lambda m: m.SessionOptions().add_session_config_entry("k", 1))
     assert a[:2] == b[:2] == ("err", "TypeError")
@@ -769,7 +793,8 @@ def test_free_dimension_override_by_denotation_and_initializers():
         return [(a.name, a.shape) for a in s.get_inputs()], s.run(None, {"X": X23}), \
             outcome(lambda: s.run(None, {"X": X23[:1]}))[:2]
     same(lambda m: f(m, False))
-    same(lambda m: f(m, True))
+    # add_external_initializers only replaces initializers whose data is external
+    same_error(lambda m: f(m, True), "Fail", suffix="Trying to replace non-external initializer with external data")
 
 
 def test_run_options_terminate():

@@ -54,6 +54,8 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
     if (group == 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and C >= 64 and (2 * M <= C or P >= 1024)
             and min(pb) >= 0 and min(pe) >= 0):
         return _conv2d_shifted(x, w, pb, pe, dilations, out_shape)
+    if Cg == 1 and group > 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and min(pb) >= 0 and min(pe) >= 0:
+        return _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group)
     xp = pad_array(x, pb, pe, 0)
     # Depthwise: sum of shifted slices, no im2col (products land in one scratch buffer, no temporaries).
     if Cg == 1 and group > 1:
@@ -100,12 +102,10 @@ def _conv2d_shifted(x, w, pb, pe, dilations, out_shape):
     N, C, H, W = x.shape
     M, _, KH, KW = w.shape
     dh, dw = dilations
-    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    Wp = W + pb[1] + pe[1]
     Ho, Wo = out_shape
     dt = x.dtype
-    xp = np.zeros((N, C, Hp + 1, Wp), dtype=dt)
-    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
-    xf = xp.reshape(N, C, (Hp + 1) * Wp)
+    xf, Wp = _flat_padded(x, pb, pe)
     L = Ho * Wp
     wk = np.ascontiguousarray(w.transpose(2, 3, 0, 1))  # (KH, KW, M, C)
     acc = np.empty((N, M, L), dtype=dt)
@@ -122,6 +122,44 @@ def _conv2d_shifted(x, w, pb, pe, dilations, out_shape):
                 else:
                     np.matmul(wk[i, j], xf[b, :, off:off + L], out=tmp)
                     ab += tmp
+    res = acc.reshape(N, M, Ho, Wp)
+    return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
+
+
+def _flat_padded(x, pb, pe):
+    """x (N, C, H, W) zero-padded into (N, C, Hp + 1, Wp) and flattened to (N, C, (Hp + 1) * Wp)."""
+    N, C, H, W = x.shape
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    xp = np.zeros((N, C, Hp + 1, Wp), dtype=x.dtype)
+    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
+    return xp.reshape(N, C, (Hp + 1) * Wp), Wp
+
+
+def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
+    """Stride-1 2-D depthwise convolution on the flattened padded image: every tap is one multiply-add over
+    whole (Ho x Wp) planes (long inner loops) instead of Ho short rows; the Wp - Wo extra columns are cropped."""
+    N = x.shape[0]
+    M, _, KH, KW = w.shape
+    Mg = M // group
+    Ho, Wo = out_shape
+    xf, Wp = _flat_padded(x, pb, pe)
+    L = Ho * Wp
+    xg = xf.reshape(N, group, 1, xf.shape[-1])
+    wg = w.reshape(group, Mg, KH, KW)
+    acc = np.empty((N, group, Mg, L), dtype=x.dtype)
+    tmp = np.empty_like(acc)
+    first = True
+    for i in range(KH):
+        for j in range(KW):
+            off = i * dilations[0] * Wp + j * dilations[1]
+            src = xg[..., off:off + L]
+            coef = wg[:, :, i, j:j + 1]  # (group, Mg, 1)
+            if first:
+                np.multiply(src, coef, out=acc)
+                first = False
+            else:
+                np.multiply(src, coef, out=tmp)
+                acc += tmp
     res = acc.reshape(N, M, Ho, Wp)
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 

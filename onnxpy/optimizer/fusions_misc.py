@@ -68,8 +68,8 @@ def elem_types(g) -> dict:
                 if o:
                     out[o] = out[n.inputs[0]]
             continue
-        if n.op_type == "Cast" and "to" in n.attrs:
-            out[n.outputs[0]] = int(n.attrs["to"])
+        if n.op_type == "Cast" and isinstance(n.attrs.get("to"), int):  # Cast-1 may name the type as a string
+            out[n.outputs[0]] = n.attrs["to"]
         elif n.op_type in ("Shape", "Size", "ArgMax", "ArgMin", "NonZero"):
             out[n.outputs[0]] = 7
         elif n.op_type == "QuantizeLinear":
@@ -270,11 +270,11 @@ class CastElimination(Pass):
         types = elem_types(g)
         m = _Matcher(g, ctx)
         for n in list(g.nodes):
-            if not _is(n, "Cast") or "to" not in n.attrs:
+            if not _is(n, "Cast") or not isinstance(n.attrs.get("to"), int):
                 continue
             src = n.inputs[0]
             # the input's type must come from a declaration, not from this Cast
-            if types.get(src) == int(n.attrs["to"]) and _bypass(g, m, n, src):
+            if types.get(src) == n.attrs["to"] and _bypass(g, m, n, src):
                 done += 1
                 m = _Matcher(g, ctx)
         return done

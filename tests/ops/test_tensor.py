@@ -422,7 +422,7 @@ def test_tile():
 def test_tile_limits():
     with pytest.raises(Exception, match="negative"):
         run_ours("Tile", [f32(2, 3), i64(-1, 2)])
-    with pytest.raises(Exception, match="byte limit"):
+    with pytest.raises(Exception, match="more than the limit of"):
         run_ours("Tile", [f32(2, 3), i64(1 << 20, 1 << 20)])
 
 
@@ -432,11 +432,11 @@ def test_expand(shape):
 
 
 def test_expand_limits():
-    with pytest.raises(Exception, match="byte limit"):
+    with pytest.raises(Exception, match="more than the limit of"):
         run_ours("Expand", [f32(1), i64(1 << 40)], opset=13)
     with pytest.raises(Exception, match="negative"):
         run_ours("Reshape", [f32(2), i64(-2)], opset=14)
-    with pytest.raises(Exception, match="byte limit"):
+    with pytest.raises(Exception, match="more than the limit of"):
         run_ours("ConstantOfShape", [i64(1 << 20, 1 << 20)], opset=20)
 
 

@@ -1,0 +1,192 @@
+"""Speed paths: ConvActivationFusion, the shifted-GEMM / depthwise Conv paths, separable pooling, Pow fast path,
+Constant nodes planned as constants.  Every case is checked against onnxruntime or an independent formula."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy
+from onnxpy.ops.conv import conv
+from onnxpy.ops.elementwise import pow_
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+def _both(model, feeds, **kw):
+    a = onnxpy.InferenceSession(model, **kw)
+    b = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return a, a.run(None, feeds), b.run(None, feeds)
+
+
+def _ref_conv(x, w, pads, dil, stride=(1, 1), group=1):
+    """Direct float64 formula (sum over taps) for 2-D grouped convolution."""
+    N, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    Ho = (xp.shape[2] - (KH - 1) * dil[0] - 1) // stride[0] + 1
+    Wo = (xp.shape[3] - (KW - 1) * dil[1] - 1) // stride[1] + 1
+    out = np.zeros((N, M, Ho, Wo))
+    Mg = M // group
+    for g in range(group):
+        for i in range(KH):
+            for j in range(KW):
+                xs = xp[:, g * Cg:(g + 1) * Cg, i * dil[0]:i * dil[0] + (Ho - 1) * stride[0] + 1:stride[0],
+                        j * dil[1]:j * dil[1] + (Wo - 1) * stride[1] + 1:stride[1]]
+                out[:, g * Mg:(g + 1) * Mg] += np.einsum("mc,nchw->nmhw", w[g * Mg:(g + 1) * Mg, :, i, j], xs)
+    return out
+
+
+@pytest.mark.parametrize("N,C,H,W,M,K,pads,dil", [
+    (2, 64, 9, 7, 16, (3, 3), [1, 1, 1, 1], [1, 1]),
+    (1, 80, 10, 12, 8, (3, 5), [0, 2, 1, 0], [2, 1]),
+    (3, 64, 40, 33, 64, (1, 3), [0, 0, 0, 0], [1, 1]),
+    (1, 128, 5, 5, 4, (5, 5), [2, 2, 2, 2], [1, 1]),
+    (1, 64, 33, 34, 64, (3, 3), [1, 1, 1, 1], [1, 1]),
+])
+def test_conv_shifted_gemm_path(N, C, H, W, M, K, pads, dil):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((M, C, *K)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    r = conv(x, w, b, pads=pads, dilations=dil)
+    e = _ref_conv(x, w, pads, dil) + b.reshape(1, -1, 1, 1)
+    assert r.shape == e.shape and r.dtype == np.float32 and r.flags.c_contiguous
+    np.testing.assert_allclose(r, e, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("stride,mult", [(1, 1), (2, 1), (1, 2)])
+def test_depthwise_conv(stride, mult):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 8, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((8 * mult, 1, 3, 3)).astype(np.float32)
+    r = conv(x, w, pads=[1, 1, 1, 1], strides=[stride, stride], group=8)
+    e = _ref_conv(x, w, [1, 1, 1, 1], [1, 1], (stride, stride), group=8)
+    np.testing.assert_allclose(r, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, pads=[1, 0, 1, 0])),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[5, 3], strides=[2, 1], pads=[2, 1, 2, 1], count_include_pad=1)),
+])
+def test_separable_pooling(op, attrs):
+    x = np.random.default_rng(2).standard_normal((2, 3, 17, 15)).astype(np.float32)
+    m = _model([helper.make_node(op, ["x"], ["y"], **attrs)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=19)
+    _, a, b = _both(m, {"x": x})
+    assert a[0].shape == b[0].shape
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("exp", [2.0, 3.0, 1.0, 0.5, -1.0, 2.5])
+@pytest.mark.parametrize("ydt", [np.float32, np.float64, np.int64])
+def test_pow_fast_path(exp, ydt):
+    x = np.random.default_rng(3).uniform(0.1, 2.0, (4, 5)).astype(np.float32)
+    y = np.array(exp).astype(ydt)
+    r = pow_(x, y)
+    assert r.dtype == np.float32 and r.shape == x.shape
+    np.testing.assert_allclose(r, x.astype(np.float64) ** float(y), rtol=1e-6)
+    # a (1, 1) exponent broadcasts the output to rank 2 whatever x's rank
+    r1 = pow_(x[0], y.reshape(1, 1))
+    assert r1.shape == (1, 5)
+
+
+def _conv_act_model(act, extra_inits=(), act_inputs=None, **act_attrs):
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, act_inputs or ["c"], ["y"], **act_attrs)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b, *extra_inits])
+
+
+@pytest.mark.parametrize("act,attrs,inits,ins", [
+    ("Relu", {}, (), None),
+    ("Sigmoid", {}, (), None),
+    ("Tanh", {}, (), None),
+    ("LeakyRelu", {"alpha": 0.2}, (), None),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, (), None),
+    ("Clip", {}, (numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(6, np.float32), "hi")), ["c", "lo", "hi"]),
+    ("Clip", {}, (numpy_helper.from_array(np.array(-1, np.float32), "lo"),), ["c", "lo"]),
+])
+def test_conv_activation_fusion(act, attrs, inits, ins):
+    from onnxpy.optimizer import passes_for
+    from onnxpy.optimizer.fusions_speed import ConvActivationFusion
+
+    m = _conv_act_model(act, inits, ins, **attrs)
+    x = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sess, a, b = _both(m, {"x": x})
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-5)
+    # the pass may or may not be in the lead's default list; when it is, it must have fired
+    if any(isinstance(p, ConvActivationFusion) for p in passes_for(99)):
+        assert sess._model.applied_passes.get("ConvActivationFusion") == 1
+
+
+def test_conv_activation_fusion_pass_direct():
+    """Apply the pass by hand: the graph gets one FusedConv whose result matches onnxruntime's."""
+    from onnxpy.optimizer import OptContext, _copy_graph
+    from onnxpy.optimizer.fusions_speed import ConvActivationFusion
+
+    m = _conv_act_model("LeakyRelu", alpha=0.1)
+    sess = onnxpy.InferenceSession(m, disabled_optimizers=["ConvActivationFusion"])
+    model = sess._model
+    model.graph = _copy_graph(model.graph)
+    ctx = OptContext(model, None)
+    ctx.protected = {o.name for o in model.graph.outputs}
+    assert ConvActivationFusion().apply(model.graph, ctx) == 1
+    ops = [(n.domain, n.op_type) for n in model.graph.nodes]
+    assert ops == [("com.microsoft", "FusedConv")]
+    fused = model.graph.nodes[0]
+    assert fused.attrs["activation"] == "LeakyRelu" and fused.attrs["activation_params"] == [pytest.approx(0.1)]
+
+
+def test_conv_activation_fusion_skips_shared_conv_output():
+    from onnxpy.optimizer import OptContext, _copy_graph
+    from onnxpy.optimizer.fusions_speed import ConvActivationFusion
+
+    rng = np.random.default_rng(6)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 1, 1)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"]),
+             helper.make_node("Neg", ["c"], ["z"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [w])
+    sess = onnxpy.InferenceSession(m)
+    model = sess._model
+    model.graph = _copy_graph(model.graph)
+    ctx = OptContext(model, None)
+    ctx.protected = {o.name for o in model.graph.outputs}
+    assert ConvActivationFusion().apply(model.graph, ctx) == 0
+
+
+def test_constant_nodes_in_subgraph():
+    """Constant nodes become plan constants; results (and reruns) are unchanged."""
+    then_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([2.0], np.float32))),
+         helper.make_node("Mul", ["x", "k"], ["t"])], "then", [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["k2"], value_floats=[3.0]),
+         helper.make_node("Mul", ["x", "k2"], ["e"])], "else", [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = _model(nodes, [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                       helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    s = onnxpy.InferenceSession(m)
+    x = np.array([1, 2, 3], np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(s.run(None, {"c": np.array(True), "x": x})[0], x * 2)
+        np.testing.assert_array_equal(s.run(None, {"c": np.array(False), "x": x})[0], x * 3)
