@@ -67,6 +67,8 @@ class SessionState:
         custom = dict(getattr(options, "_custom_ops", {}))
         self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
                                function_expander=make_function_expander(_subgraph_runner))
+        if getattr(options, "enable_cpu_mem_arena", True):
+            _keep_freed_buffers()
 
         if self.profiler is not None:
             self.profiler.session_event("session_initialization", self.profiler._t0, self.profiler.now())
@@ -319,6 +321,33 @@ class SessionState:
         if len(self._fetch_plans) < 32:
             self._fetch_plans[names] = plan
         return plan
+
+
+_heap_tuned = False
+
+
+def _keep_freed_buffers() -> None:
+    """The CPU memory "arena" (``enable_cpu_mem_arena``, on by default as in onnxruntime): glibc's malloc is told
+    to serve large buffers from its heap and keep freed ones instead of mmap/munmap-ing each activation, which
+    otherwise page-faults every large tensor on every run (15-17k faults/run on ResNet-50/VGG-19, ~15% of the
+    run time).  Process-wide and done once; a no-op outside glibc."""
+    global _heap_tuned
+    if _heap_tuned:
+        return
+    _heap_tuned = True
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: buffers up to 1 GiB come from the (reused) heap
+    mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD: do not give the freed top of the heap back after every run
+    mallopt(-2, 64 << 20)  # M_TOP_PAD: grow the heap in 64 MiB steps
 
 
 def _detach(arr: np.ndarray, const_ids) -> np.ndarray:
