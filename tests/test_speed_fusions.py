@@ -190,3 +190,44 @@ def test_constant_nodes_in_subgraph():
     for _ in range(2):
         np.testing.assert_array_equal(s.run(None, {"c": np.array(True), "x": x})[0], x * 2)
         np.testing.assert_array_equal(s.run(None, {"c": np.array(False), "x": x})[0], x * 3)
+
+
+@pytest.mark.parametrize("mult", [1, 3])
+def test_depthwise_conv_channel_blocks(monkeypatch, mult):
+    """Channel blocks smaller than the group count (uneven last block), dilation and asymmetric pads."""
+    import onnxpy.ops.conv as conv_mod
+
+    monkeypatch.setattr(conv_mod, "_DW_BLOCK_BYTES", 64 * 4 * mult)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 7, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((7 * mult, 1, 3, 2)).astype(np.float32)
+    r = conv(x, w, pads=[2, 0, 1, 1], dilations=[2, 1], group=7)
+    e = _ref_conv(x, w, [2, 0, 1, 1], [2, 1], group=7)
+    np.testing.assert_allclose(r, e, rtol=1e-4, atol=1e-4)
+
+
+def test_fp16_weight_f32_copy_cache():
+    """A read-only float16 weight backed by bytes is converted once; results equal the uncached path."""
+    import gc
+
+    from onnxpy.ops import linalg
+
+    rng = np.random.default_rng(8)
+    w = np.frombuffer(rng.standard_normal((96, 64)).astype(np.float16).tobytes(), np.float16).reshape(96, 64)
+    a = rng.standard_normal((3, 5, 96)).astype(np.float16)
+    want = np.matmul(a.astype(np.float32), w.astype(np.float32)).astype(np.float16)
+    for _ in range(2):
+        np.testing.assert_array_equal(linalg.matmul(a, w), want)
+    assert id(w) in linalg._F32_COPIES
+    want2 = np.matmul(a[0].astype(np.float32), w.astype(np.float32)).astype(np.float16)
+    g = linalg._gemm(a[0], w.T.copy().T, None, 1.0, 1.0, 0, 0)  # writable: not cached, same result
+    np.testing.assert_allclose(g.astype(np.float32), want2, rtol=2e-3, atol=1e-3)
+    wt = np.frombuffer(w.T.copy().tobytes(), np.float16).reshape(64, 96)
+    for _ in range(2):
+        gt = linalg._gemm(a[0], wt, None, 1.0, 1.0, 0, 1)
+        np.testing.assert_allclose(gt.astype(np.float32), want2, rtol=2e-3, atol=1e-3)
+    assert id(wt) in linalg._F32_COPIES
+    key = id(w)
+    del w
+    gc.collect()
+    assert key not in linalg._F32_COPIES

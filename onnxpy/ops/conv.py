@@ -19,6 +19,8 @@ from .registry import kernel
 
 # Largest im2col buffer (elements) built at once; bigger batches are processed in chunks.
 _COLS_LIMIT = 1 << 24
+# Channel block of the depthwise path (bytes of accumulator per block).
+_DW_BLOCK_BYTES = 1 << 19
 
 
 def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
@@ -137,7 +139,8 @@ def _flat_padded(x, pb, pe):
 
 def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
     """Stride-1 2-D depthwise convolution on the flattened padded image: every tap is one multiply-add over
-    whole (Ho x Wp) planes (long inner loops) instead of Ho short rows; the Wp - Wo extra columns are cropped."""
+    whole (Ho x Wp) planes (long inner loops) instead of Ho short rows; the Wp - Wo extra columns are cropped.
+    Channels go in blocks of ~512 KiB so the accumulator and scratch stay in cache across the taps."""
     N = x.shape[0]
     M, _, KH, KW = w.shape
     Mg = M // group
@@ -147,19 +150,22 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
     xg = xf.reshape(N, group, 1, xf.shape[-1])
     wg = w.reshape(group, Mg, KH, KW)
     acc = np.empty((N, group, Mg, L), dtype=x.dtype)
-    tmp = np.empty_like(acc)
-    first = True
-    for i in range(KH):
-        for j in range(KW):
-            off = i * dilations[0] * Wp + j * dilations[1]
-            src = xg[..., off:off + L]
-            coef = wg[:, :, i, j:j + 1]  # (group, Mg, 1)
-            if first:
-                np.multiply(src, coef, out=acc)
-                first = False
-            else:
-                np.multiply(src, coef, out=tmp)
-                acc += tmp
+    step = max(1, _DW_BLOCK_BYTES // max(1, Mg * L * x.dtype.itemsize))
+    tmp = np.empty((min(step, group), Mg, L), dtype=x.dtype)
+    taps = [(i * dilations[0] * Wp + j * dilations[1], i, j) for i in range(KH) for j in range(KW)]
+    for b in range(N):
+        for g0 in range(0, group, step):
+            g1 = min(group, g0 + step)
+            a = acc[b, g0:g1]
+            t = tmp[:g1 - g0]
+            src = xg[b, g0:g1]
+            for k, (off, i, j) in enumerate(taps):
+                coef = wg[g0:g1, :, i, j:j + 1]  # (g, Mg, 1)
+                if k == 0:
+                    np.multiply(src[..., off:off + L], coef, out=a)
+                else:
+                    np.multiply(src[..., off:off + L], coef, out=t)
+                    a += t
     res = acc.reshape(N, M, Ho, Wp)
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 

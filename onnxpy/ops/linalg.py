@@ -7,6 +7,8 @@ in float32 too.
 
 from __future__ import annotations
 
+import weakref
+
 import ml_dtypes
 import numpy as np
 
@@ -15,6 +17,28 @@ from .registry import kernel
 _F32 = np.dtype(np.float32)
 _LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _matmul = np.matmul
+
+# float32 copies of immutable narrow-float weights (read-only views of the model's bytes), so that a float16
+# MatMul/Gemm converts its constant weight once per session instead of on every run.  Entries go with the weight.
+_F32_COPIES: dict = {}
+
+
+def _to_f32(b: np.ndarray) -> np.ndarray:
+    if b.flags.writeable or b.size < 4096:
+        return b.astype(_F32)
+    root = b
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if not isinstance(root.base, bytes):  # only buffers nobody can write to are cached
+        return b.astype(_F32)
+    key = id(b)
+    hit = _F32_COPIES.get(key)
+    if hit is not None and hit[0]() is b:
+        return hit[1]
+    out = b.astype(_F32)
+    out.flags.writeable = False
+    _F32_COPIES[key] = (weakref.ref(b, lambda _r, k=key: _F32_COPIES.pop(k, None)), out)
+    return out
 
 
 def _arr(x, op, name):
@@ -51,7 +75,7 @@ def matmul(A, B):
     if dt != B.dtype:
         raise TypeError(f"MatMul: inputs must have the same element type, got {dt} and {B.dtype}")
     if dt in _LOW_FLOATS:
-        return matmul(A.astype(_F32), B.astype(_F32)).astype(dt)
+        return matmul(A.astype(_F32), _to_f32(B)).astype(dt)
     if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:
         # (..., M, K) @ (K, N): one large GEMM instead of a loop of small ones
         return _matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[1],))
@@ -70,6 +94,11 @@ def _gemm(A, B, C, alpha, beta, transA, transB):
     _check_same_type("Gemm", a, b)
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"Gemm: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+    dt = a.dtype
+    low = dt in _LOW_FLOATS
+    if low:
+        a = a.astype(_F32)
+        b = _to_f32(b)  # before the transpose: the cache knows the weight, not a fresh view of it
     if transA:
         a = a.T
     if transB:
@@ -78,11 +107,6 @@ def _gemm(A, B, C, alpha, beta, transA, transB):
         raise ValueError(
             f"Gemm: incompatible shapes A'{a.shape} and B'{b.shape} (transA={transA}, transB={transB})"
         )
-    dt = a.dtype
-    low = dt in _LOW_FLOATS
-    if low:
-        a = a.astype(_F32)
-        b = b.astype(_F32)
     y = _matmul(a, b)
     is_int = y.dtype.kind in "iu"
     alpha = float(alpha)
