@@ -46,7 +46,7 @@ class OrtValue:
         # numpy scalars, lists, string and ml_dtypes arrays are onnxpy extras (onnxruntime refuses them)
         arr = numpy_obj if isinstance(numpy_obj, np.ndarray) else np.asarray(numpy_obj)
         if arr.dtype.kind in "US":
-            from .session_build import _as_strings
+            from .feeds import _as_strings
 
             arr = _as_strings(arr)
         elif not arr.flags.c_contiguous or not arr.dtype.isnative:

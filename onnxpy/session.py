@@ -28,6 +28,18 @@ class InferenceSession:
         self._create(path_or_bytes)
 
     # -- construction -----------------------------------------------------------------------------
+    def __del__(self):
+        # Drop the model's arrays first, then hand the arena's free memory back (see execution/memory.py); a
+        # finalizer on the state itself would run before its arrays are freed.
+        state = self.__dict__.pop("_state", None)
+        for name in ("_model", "_plan", "_inputs", "_overridable"):
+            self.__dict__.pop(name, None)
+        if state is not None and getattr(state, "heap_tuned", False):
+            del state
+            from .execution.memory import release_heap
+
+            release_heap()
+
     def _create(self, path_or_bytes):
         from .session_build import build_session_state
 

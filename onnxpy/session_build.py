@@ -6,17 +6,18 @@ import threading
 
 import numpy as np
 
-from . import dtypes, limits, logging_utils
+from . import limits, logging_utils
 from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph, _OrtError
 from .execution.executor import RunContext, run_plan
 from .execution.executor import run_subgraph as _subgraph_runner
 from .execution.functions import make_function_expander
+from .execution.memory import release_heap, tune_heap
 from .execution.plan import build_plan
 from .execution.threads import set_blas_threads
 from .ir.load import load_model, read_model_proto, model_from_proto
 from .nodearg import INT64_MAX, ModelMetadata, NodeArg
-from .ortvalue import OrtValue
-from .sparse import SparseTensor
+from .feeds import _py_map, convert_feed
+from .output_types import _output_node_args, _slim_proto
 
 
 
@@ -67,8 +68,8 @@ class SessionState:
         custom = dict(getattr(options, "_custom_ops", {}))
         self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
                                function_expander=make_function_expander(_subgraph_runner))
-        if getattr(options, "enable_cpu_mem_arena", True):
-            _keep_freed_buffers()
+        self.shrink_arena = not getattr(options, "enable_cpu_mem_arena", True)
+        self.heap_tuned = tune_heap()  # the arena's memory goes back when the session is deleted
 
         if self.profiler is not None:
             self.profiler.session_event("session_initialization", self.profiler._t0, self.profiler.now())
@@ -150,93 +151,6 @@ class SessionState:
         if missing:
             raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(feed)}).")
 
-    def convert_feed(self, name, value):
-        spec = self.feed_specs.get(name)
-        if spec is None:
-            raise InvalidArgument.make(f"Invalid input name: {name}")
-        slot, t, shape = spec
-        if isinstance(value, OrtValue):
-            value = value._value
-        if isinstance(value, SparseTensor):
-            value = value.to_dense()
-        kind = t.kind if t is not None else "tensor"
-        if kind == "sparse_tensor":
-            kind = "tensor"
-        if kind == "optional":
-            if value is None:
-                return slot, None
-            t = t.elem
-            kind = t.kind if t is not None else "tensor"
-        if kind == "tensor":
-            return slot, self._convert_tensor(name, value, t, shape)
-        if kind == "sequence":
-            if isinstance(value, np.ndarray):  # onnxruntime's text (3: its code for a sequence)
-                raise InvalidArgument.make(f"input with name: '{name}' expected to be of type: 3 but received a tensor")
-            if not isinstance(value, (list, tuple)):
-                raise InvalidArgument.make(
-                    f"Unexpected input data type for '{name}': expected a list (seq), got {type(value).__name__}"
-                )
-            et = t.elem if t is not None else None
-            return slot, [self._convert_tensor(name, np.asarray(x) if et is None else x, et, None) for x in value]
-        if kind == "map":
-            if isinstance(value, np.ndarray):  # onnxruntime's text
-                raise InvalidArgument.make(f"input with name: '{name}' expected to be of type: 1 but received a tensor")
-            if not isinstance(value, dict):
-                raise InvalidArgument.make(f"Input '{name}' expects a map (dict), got {type(value).__name__}")
-            if not value:
-                raise RuntimeError("Size of dictionary is empty, unable to run the prediction.")
-            _check_map_keys(value, t)
-            vt = t.elem.np_dtype if t is not None and t.elem is not None else None
-            if vt is not None and vt.kind != "O":
-                value = {k: vt.type(v) for k, v in value.items()}
-            return slot, value
-        return slot, value
-
-    @staticmethod
-    def _convert_tensor(name, value, t, shape):
-        want = t.np_dtype if t is not None else None
-        if not isinstance(value, np.ndarray):
-            if isinstance(value, (list, tuple)):  # a tuple is an onnxpy extra (onnxruntime takes lists only)
-                try:
-                    value = np.asarray(value, dtype=want if want is not None and want.kind != "O" else None)
-                except (ValueError, TypeError):
-                    raise RuntimeError("Could not create tensor from given input list") from None
-                if value.dtype == object and want != np.dtype(object):
-                    raise RuntimeError("Could not create tensor from given input list")
-            elif value is None:
-                raise InvalidArgument.make(f"Input '{name}' is None but the model expects a tensor")
-            elif isinstance(value, dict):
-                raise _map_for_tensor(name, value, t)
-            elif isinstance(value, (np.number, np.bool_)):  # onnxpy extra: onnxruntime refuses numpy scalars
-                value = np.asarray(value)
-            elif isinstance(value, (int, float, complex)):
-                raise RuntimeError(f"Unable to handle object of type {type(value)}")
-            else:
-                raise RuntimeError(f"Input must be a list of dictionaries or a single numpy array for input '{name}'.")
-        if not value.dtype.isnative:  # onnxruntime reads big-endian buffers as if native; onnxpy converts them
-            value = value.astype(value.dtype.newbyteorder("="))
-        if want == np.dtype(object) and value.dtype.kind in "USO":
-            value = _as_strings(value)
-        if want is not None and value.dtype != want:
-            got, exp = _type_str(value.dtype), dtypes.type_name(t.elem_type)
-            raise InvalidArgument.make(
-                f"Unexpected input data type. Actual: (tensor({got})) , expected: (tensor({exp}))"
-            )
-        if shape and value.ndim != len(shape):
-            raise InvalidArgument.make(
-                f"Invalid rank for input: {name} Got: {value.ndim} Expected: {len(shape)} Please fix either the "
-                "inputs/outputs or the model."
-            )
-        if shape:
-            bad = [(i, g, e) for i, (g, e) in enumerate(zip(value.shape, shape)) if isinstance(e, int) and g != e]
-            if bad:
-                lines = "".join(f"\n index: {i} Got: {g} Expected: {e}" for i, g, e in bad)
-                raise InvalidArgument.make(
-                    f"Got invalid dimensions for input: {name} for the following indices{lines}\n Please fix "
-                    "either the inputs/outputs or the model."
-                )
-        return value
-
     # -- run --------------------------------------------------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
         if isinstance(output_names, (str, bytes)):
@@ -250,7 +164,7 @@ class SessionState:
             raise TypeError("run(): incompatible function arguments. The following argument types are supported:\n"
                             "    1. (arg0: Sequence[str], arg1: Mapping[str, object], arg2: RunOptions) -> list")
         self.check_missing(input_feed)
-        feeds = [self.convert_feed(k, v) for k, v in input_feed.items()]
+        feeds = [convert_feed(self.feed_specs, k, v) for k, v in input_feed.items()]
         if output_names:
             try:
                 idx = [self.output_index[n] for n in output_names]
@@ -268,8 +182,12 @@ class SessionState:
             ctx = RunContext(run_options, self.profiler)
         if self.blas_threads:
             set_blas_threads(self.blas_threads)
-        with np.errstate(all="ignore"), limits.applied(self.limits):  # fp warnings are not ort behaviour
+        with np.errstate(all="ignore"), limits.applied(self.limits), \
+                logging_utils.scope_for(self.options, run_options):  # (fp warnings are not onnxruntime behaviour)
             outs = self._execute(plan, feeds, run_options, ctx)
+        if self.shrink_arena or (run_options is not None and "cpu" in run_options._config.get(
+                "memory.enable_memory_arena_shrinkage", "")):
+            release_heap()  # this run's freed buffers go back to the OS (arena off, or shrinkage asked for)
         if idx is not None:
             outs = [outs[i] for i in idx]
         keep = self._const_ids.union(id(v) for _, v in feeds)
@@ -323,31 +241,6 @@ class SessionState:
         return plan
 
 
-_heap_tuned = False
-
-
-def _keep_freed_buffers() -> None:
-    """The CPU memory "arena" (``enable_cpu_mem_arena``, on by default as in onnxruntime): glibc's malloc is told
-    to serve large buffers from its heap and keep freed ones instead of mmap/munmap-ing each activation, which
-    otherwise page-faults every large tensor on every run (15-17k faults/run on ResNet-50/VGG-19, ~15% of the
-    run time).  Process-wide and done once; a no-op outside glibc."""
-    global _heap_tuned
-    if _heap_tuned:
-        return
-    _heap_tuned = True
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: buffers up to 1 GiB come from the (reused) heap
-    mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD: do not give the freed top of the heap back after every run
-    mallopt(-2, 64 << 20)  # M_TOP_PAD: grow the heap in 64 MiB steps
 
 
 def _detach(arr: np.ndarray, const_ids) -> np.ndarray:
@@ -364,172 +257,6 @@ def _detach(arr: np.ndarray, const_ids) -> np.ndarray:
     if not arr.flags.writeable or id(root) in const_ids or root.base is not None:
         return arr.copy()
     return arr
-
-
-def _as_strings(value: np.ndarray) -> np.ndarray:
-    """A string tensor as an object array of ``str``: bytes are decoded (UTF-8), other objects go through ``str()``.
-
-    onnxruntime applies ``str()`` to every element (``b'a'`` becomes ``"b'a'"``) and misreads fixed-width ``S``
-    arrays; onnxpy decodes bytes instead.
-    """
-    if value.dtype.kind == "U":
-        return value.astype(object)
-    if value.dtype.kind == "S":
-        return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(value) if value.size else \
-            value.astype(object)
-    flat = value.reshape(-1)
-    if all(type(v) is str for v in flat):
-        return value
-    conv = [v if type(v) is str else (bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, np.bytes_))
-                                      else str(v)) for v in flat]
-    out = np.empty(value.shape, dtype=object)
-    out.reshape(-1)[:] = conv
-    return out
-
-
-def _py_map(d: dict) -> dict:
-    """A map output with Python keys and values (int/str/float), as onnxruntime returns it."""
-    return {(k.item() if isinstance(k, np.generic) else k): (v.item() if isinstance(v, np.generic) else v)
-            for k, v in d.items()}
-
-
-def _check_map_keys(value: dict, t) -> None:
-    """onnxruntime refuses a dict whose key kind (str/int) differs from the declared map key type."""
-    if t is None or not t.key_type:
-        return
-    want_str = t.key_type == 8  # STRING
-    k = next(iter(value))
-    if isinstance(k, (str, np.str_)) != want_str:
-        got = "string" if isinstance(k, str) else "int64"
-        exp = f"map({dtypes.type_name(t.key_type)},{t.elem.ort_str() if t.elem is not None else ''})"
-        raise InvalidArgument.make(
-            f"Unexpected input data type. Actual: ((map({got},tensor(float)))) , expected: (({exp}))")
-
-
-def _map_for_tensor(name, value: dict, t):
-    """onnxruntime's error for a dict fed where a tensor is expected."""
-    k = next(iter(value), "")
-    v = value[k] if value else 0.0
-    if isinstance(v, str):
-        return RuntimeError(
-            f"Unexpected value type  {type(v)}, it cannot be linked to C type string for input '{name}'.")
-    key = "string" if isinstance(k, str) else "int64"
-    exp = f"tensor({dtypes.type_name(t.elem_type)})" if t is not None and t.elem_type else "tensor"
-    return InvalidArgument.make(
-        f"Unexpected input data type. Actual: ((map({key},tensor(float)))) , expected: (({exp}))")
-
-
-def _merge_dims(src: tuple, tgt: tuple) -> tuple | None:
-    """onnxruntime's merge of an inferred output shape ``src`` into the declared ``tgt`` (onnx mergeInShapeInfo,
-    falling back to a union of the two when they conflict)."""
-    if len(src) != len(tgt):
-        return None
-    out = list(tgt)
-    for i, (s, d) in enumerate(zip(src, tgt)):
-        if isinstance(s, int):
-            if isinstance(d, int) and d != s:  # conflict: keep what agrees, forget the rest
-                return tuple(a if a == b else None for a, b in zip(out, src))
-            if not isinstance(d, int):
-                out[i] = s
-        elif d is None and isinstance(s, str):
-            out[i] = s
-    return tuple(out)
-
-
-def _merge_type(decl, inf):
-    if inf is None:
-        return decl
-    if decl is None:
-        return inf
-    if decl.kind != inf.kind:
-        return decl
-    from dataclasses import replace
-
-    if decl.kind in ("tensor", "sparse_tensor"):
-        if decl.elem_type and inf.elem_type and decl.elem_type != inf.elem_type:
-            return decl
-        shape = decl.shape
-        if inf.shape is not None:
-            shape = inf.shape if decl.shape is None else _merge_dims(inf.shape, decl.shape)
-        den = decl.denotations if shape is not None and len(decl.denotations) == len(shape) else ()
-        return replace(decl, elem_type=decl.elem_type or inf.elem_type, shape=shape, denotations=den)
-    if decl.kind in ("sequence", "optional", "map"):
-        return replace(decl, elem=_merge_type(decl.elem, inf.elem))
-    return decl
-
-
-def _slim_proto(proto):
-    """A copy of the model for shape inference: nodes and types, without the large initializers' data."""
-    import onnx
-
-    g = proto.graph
-    m = onnx.ModelProto(ir_version=proto.ir_version)
-    m.opset_import.extend(proto.opset_import)
-    m.functions.extend(proto.functions)
-    mg = m.graph
-    mg.name = g.name
-    mg.node.extend(g.node)
-    mg.input.extend(g.input)
-    mg.value_info.extend(g.value_info)
-    mg.sparse_initializer.extend(g.sparse_initializer)
-    for o in g.output:
-        mg.output.add().name = o.name
-    for t in g.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() <= 4096:
-            mg.initializer.append(t)
-        else:  # only its type and dims matter for inference; the data is left out
-            stub = mg.initializer.add()
-            stub.name, stub.data_type = t.name, t.data_type
-            stub.dims.extend(t.dims)
-            stub.data_location = onnx.TensorProto.EXTERNAL
-            e = stub.external_data.add()
-            e.key, e.value = "location", "__onnxpy_not_loaded__"
-    return m
-
-
-def _inferred_output_types(slim) -> dict:
-    """Graph outputs' types from onnx shape inference on a slim copy (see :func:`_slim_proto`)."""
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(slim, check_type=False, strict_mode=False, data_prop=False)
-    from .ir.load import decode_type
-
-    return {o.name: _forget_generated_dims(decode_type(o.type)) for o in inferred.graph.output if o.HasField("type")}
-
-
-def _forget_generated_dims(t):
-    """onnx names the unknown dims it creates ``unk__N``; onnxruntime shows them as unnamed (None)."""
-    if t is None:
-        return None
-    from dataclasses import replace
-
-    if t.shape is not None:
-        t = replace(t, shape=tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in t.shape))
-    if t.elem is not None:
-        t = replace(t, elem=_forget_generated_dims(t.elem))
-    return t
-
-
-def _output_node_args(outputs, proto) -> list:
-    """NodeArgs of the graph outputs as onnxruntime shows them: the declared type with the inferred one merged in
-    (an output declared without a type or shape gets what shape inference finds)."""
-    from .ir.model import ValueInfo
-
-    inferred = {}
-    if proto is not None:
-        try:
-            inferred = _inferred_output_types(proto)
-        except Exception:  # noqa: BLE001 - inference is best effort; the declared types stay
-            inferred = {}
-    return [NodeArg.from_value_info(ValueInfo(v.name, _merge_type(v.type, inferred.get(v.name))))
-            for v in outputs]
-
-
-def _type_str(dt) -> str:
-    try:
-        return dtypes.type_name(dtypes.from_numpy(dt))
-    except TypeError:
-        return str(dt)
 
 
 def build_session_state(source, options, providers, kwargs):

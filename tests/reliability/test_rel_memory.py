@@ -11,6 +11,7 @@ from rel_helpers import model, rss_bytes, vi
 
 import onnxpy as ort
 from onnxpy.execution import functions
+from onnxpy.execution.memory import release_heap
 from onnxpy.execution.executor import run_subgraph
 from onnxpy.execution.plan import Planner
 from onnxpy.ir.model import Node
@@ -89,6 +90,7 @@ def test_deleting_session_releases_memory():
                  inits=[big]).SerializeToString()
     del big
     gc.collect()
+    release_heap()  # memory other tests freed into the process heap goes back first
     base = rss_bytes()
     for _ in range(3):
         s = ort.InferenceSession(data)
@@ -103,15 +105,43 @@ def test_deleting_session_releases_memory():
     assert after - base < 64 * MiB, "deleting the session did not release its weights"
 
 
-def test_large_input_released_after_run():
-    s = ort.InferenceSession(model([helper.make_node("Neg", ["X"], ["Y"], name="neg"),
-                                    helper.make_node("ReduceSum", ["Y"], ["S"], keepdims=0, name="rs")],
-                                   [vi("X", TensorProto.FLOAT, ["N"])], [vi("S")]).SerializeToString())
+def _big_intermediate_session(arena: bool):
+    """A small input expanded to a 128 MiB intermediate inside the graph, then reduced."""
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = arena
+    shape = numpy_helper.from_array(np.array([32 * MiB], np.int64), "shape")
+    nodes = [helper.make_node("Expand", ["X", "shape"], ["E"], name="expand"),
+             helper.make_node("Neg", ["E"], ["Y"], name="neg"),
+             helper.make_node("ReduceSum", ["Y"], ["S"], keepdims=0, name="rs")]
+    return ort.InferenceSession(model(nodes, [vi("X", TensorProto.FLOAT, [1])], [vi("S")],
+                                      inits=[shape]).SerializeToString(), so)
+
+
+@pytest.mark.parametrize("how", ["arena_off", "shrinkage_run_option"])
+def test_intermediates_released_after_run(how):
+    """Without the CPU arena (or with onnxruntime's arena-shrinkage run option) a run's buffers go back."""
+    s = _big_intermediate_session(arena=how != "arena_off")
+    ro = ort.RunOptions()
+    if how == "shrinkage_run_option":
+        ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     gc.collect()
+    release_heap()
     base = rss_bytes()
     for _ in range(5):
-        x = np.ones(32 * MiB, np.float32)  # 128 MiB
-        s.run(None, {"X": x})
-        del x
+        assert s.run(None, {"X": np.ones(1, np.float32)}, ro)[0] == -32 * MiB
     gc.collect()
     assert rss_bytes() - base < 64 * MiB
+
+
+def test_arena_holds_a_bounded_high_water_mark():
+    """With the arena on (the default) freed buffers are reused by the next runs, so RSS stops growing."""
+    s = _big_intermediate_session(arena=True)
+    x = np.ones(1, np.float32)
+    for _ in range(3):
+        s.run(None, {"X": x})
+    gc.collect()
+    steady = rss_bytes()
+    for _ in range(10):
+        s.run(None, {"X": x})
+    gc.collect()
+    assert rss_bytes() - steady < 32 * MiB
