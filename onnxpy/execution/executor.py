@@ -12,6 +12,7 @@ from .plan import SINK, ExecutionPlan
 
 _generic = np.generic
 _asarray = np.asarray
+_ndarray = np.ndarray
 
 
 class RunContext:
@@ -53,11 +54,12 @@ def run_plan(plan: ExecutionPlan, inputs, outer=(), ctx: RunContext | None = Non
     if feeds_by_slot is not None:
         for s, v in feeds_by_slot:
             vals[s] = v
-    else:
+    elif inputs:
         for s, v in zip(plan.input_slots.values(), inputs):
             vals[s] = v
-    for s, v in zip(plan.outer_slots, outer):
-        vals[s] = v
+    if outer:
+        for s, v in zip(plan.outer_slots, outer):
+            vals[s] = v
     if ctx is not None and (ctx.profiler is not None or ctx.run_options is not None):
         prev = getattr(_local, "ctx", None)
         _local.ctx = ctx
@@ -70,34 +72,48 @@ def run_plan(plan: ExecutionPlan, inputs, outer=(), ctx: RunContext | None = Non
     return [vals[s] for s in plan.output_slots]
 
 
+def _store_many(vals, outs, res):
+    if type(res) is not tuple:
+        res = (res,)
+    for s, r in zip(outs, res):
+        vals[s] = _asarray(r) if isinstance(r, _generic) else r
+
+
+def _one(res):
+    if type(res) is tuple:
+        res = res[0]
+    return _asarray(res) if isinstance(res, _generic) else res
+
+
 def _run_steps(plan, vals):
+    # The result is stored straight into ``vals`` (never kept in a local): a later in-place donor counts the
+    # references to an array, and a stale local would hide that it died.
     step = None
-    args = ()
     try:
-        for step in plan.steps:
-            args = [vals[i] for i in step.ins]
-            res = step.fn(*args)
-            outs = step.outs
-            if len(outs) == 1:
-                if type(res) is tuple:
-                    res = res[0]
-                if isinstance(res, _generic):
-                    res = _asarray(res)
-                vals[outs[0]] = res
+        for fn, get, mode, out, outs, free, step in plan.fast:  # noqa: B007 - step is read on errors
+            if out:
+                if mode == 0:
+                    vals[out] = fn(get(vals))
+                elif mode == 1:
+                    vals[out] = fn(*get(vals))
+                else:
+                    vals[out] = fn(vals)
+                if type(vals[out]) is not _ndarray:
+                    vals[out] = _one(vals[out])
+            elif mode == 0:
+                _store_many(vals, outs, fn(get(vals)))
+            elif mode == 1:
+                _store_many(vals, outs, fn(*get(vals)))
             else:
-                if type(res) is not tuple:
-                    res = (res,)
-                for s, r in zip(outs, res):
-                    vals[s] = _asarray(r) if isinstance(r, _generic) else r
-            for s in step.free:
+                _store_many(vals, outs, fn(vals))
+            for s in free:
                 vals[s] = None
-            vals[SINK] = None
     except _OrtError:
         raise
     except RecursionError as e:
         raise Fail.make(f"Graph nesting too deep while running {step.node.describe()}: {e}") from None
     except Exception as e:  # noqa: BLE001 - every kernel failure becomes an onnxruntime-style error
-        raise node_error(step, args, e) from e
+        raise node_error(step, [vals[i] for i in step.ins], e) from e
 
 
 def _run_steps_ctx(plan, vals, ctx: RunContext):

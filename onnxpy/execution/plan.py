@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,19 +52,98 @@ class ExecutionPlan:
     outer_slots: tuple = ()
     graph: Graph | None = None
     opsets: dict = field(default_factory=dict)
+    # the sequential executor's view of ``steps``: (fn, get, mode, out, outs, free, step) per step, where
+    # mode 0 calls ``fn(get(vals))``, mode 1 ``fn(*get(vals))`` and mode 2 ``fn(vals)`` (an in-place donor);
+    # ``out`` is the single output slot (0 when the step has several outputs or an absent one)
+    fast: tuple = ()
+
+    def __post_init__(self):
+        if not self.fast and self.steps:
+            self.fast = tuple(_fast_step(st, None) for st in self.steps)
+
+
+def _empty_args(vals):
+    return ()
+
+
+def _fast_step(st: Step, donor):
+    """The executor tuple of one step (see :attr:`ExecutionPlan.fast`)."""
+    ins, outs = st.ins, st.outs
+    free = st.free
+    if SINK in outs:  # an absent optional output was written to the sink slot: clear it after the step
+        free = free + (SINK,)
+    out = outs[0] if len(outs) == 1 else SINK
+    if donor is not None:
+        return (donor, None, 2, out, outs, free, st)
+    if not ins:
+        return (st.fn, _empty_args, 1, out, outs, free, st)
+    if len(ins) == 1:
+        return (st.fn, operator.itemgetter(ins[0]), 0, out, outs, free, st)
+    return (st.fn, operator.itemgetter(*ins), 1, out, outs, free, st)
+
+
+# -- in-place donation ---------------------------------------------------------------------------------------------
+# A kernel that names the reserved keyword ``_donated`` may overwrite the inputs at the positions it is given
+# (``_donated`` is a tuple of input positions, ``()`` on ordinary calls).  The planner offers a position only when
+# its slot dies at that step, is not pinned (graph input/output, initializer, constant, outer-scope value) and is
+# read once by the step; at run time the donor hands it over only when the array owns its memory, is writeable,
+# and nothing but the slot list references it (no other slot, no view of it, no caller): a reference count check
+# calibrated below with the same code, so it is exact for the running interpreter.
+_getrc = sys.getrefcount
+_ndarray = np.ndarray
+
+
+DONATE_MIN = 4096  # smaller arrays gain nothing from in-place computation
+
+
+def _rc_of(vals, s):
+    x = vals[s]  # the same references as in _owned: the list slot, this local, getrefcount's argument
+    return _getrc(x)
+
+
+_RC_OWNED = _rc_of([np.empty(4)], 0)  # an array referenced only by one list slot
+
+
+class _Donor:
+    """Step callable ``donor(vals)``: calls the kernel with ``_donated`` set to the candidate positions it owns."""
+
+    __slots__ = ("fn", "ins", "cands", "bound")
+
+    def __init__(self, fn, ins, cands, bound):
+        self.fn = fn  # the kernel without donation
+        self.ins = ins
+        self.cands = cands  # ((position, slot), ...)
+        self.bound = bound  # positions tuple -> kernel bound with that ``_donated``
+
+    def __call__(self, vals):
+        got = ()
+        for p, s in self.cands:
+            x = vals[s]  # references: the slot, this local, getrefcount's argument (as in _rc_of)
+            if (type(x) is _ndarray and x.size >= DONATE_MIN and _getrc(x) == _RC_OWNED and x.base is None
+                    and x.flags.writeable):
+                got += (p,)
+        x = None
+        fn = self.bound.get(got, self.fn) if got else self.fn
+        return fn(*[vals[i] for i in self.ins])
 
 
 class SubgraphCall:
     """A graph attribute bound to the outer-scope values of one kernel call: ``body(*inputs) -> list``."""
 
-    __slots__ = ("plan", "outer", "runner", "input_names", "output_names")
+    __slots__ = ("plan", "outer", "runner")
 
     def __init__(self, plan: ExecutionPlan, outer: tuple, runner):
         self.plan = plan
         self.outer = outer
         self.runner = runner
-        self.input_names = [v.name for v in plan.graph.inputs]
-        self.output_names = list(plan.output_names)
+
+    @property
+    def input_names(self):
+        return [v.name for v in self.plan.graph.inputs]
+
+    @property
+    def output_names(self):
+        return list(self.plan.output_names)
 
     def __call__(self, *inputs):
         return self.runner(self.plan, inputs, self.outer)
@@ -204,7 +285,7 @@ class Planner:
                         "missing value)"
                     )
                 ins.append(slot(x))
-            fn, implicit = self._bind(node)
+            fn, implicit, dk = self._bind(node)
             if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
                     and len(node.outputs) == 1 and node.outputs[0] and node.outputs[0] not in produced):
                 try:
@@ -223,7 +304,7 @@ class Planner:
                 outs.append(slot(o))
                 if o:
                     produced.add(o)
-            raw_steps.append((fn, tuple(ins), tuple(outs), node, idx))
+            raw_steps.append((fn, tuple(ins), tuple(outs), node, idx, dk))
 
         out_slots = []
         for v in g.outputs:
@@ -235,7 +316,7 @@ class Planner:
         pinned = set(out_slots) | set(input_slots.values()) | set(const_vals) | set(outer_slots) | {SINK}
         pinned |= {slots[k] for k in keep if k in slots}
         last_use: dict[int, int] = {}
-        for i, (_, ins, outs, _, _) in enumerate(raw_steps):
+        for i, (_, ins, outs, _, _, _) in enumerate(raw_steps):
             for s in ins:
                 last_use[s] = i
             for s in outs:
@@ -246,8 +327,9 @@ class Planner:
                 frees.setdefault(i, []).append(s)
         steps = tuple(
             Step(fn, ins, outs, tuple(frees.get(i, ())), node, idx)
-            for i, (fn, ins, outs, node, idx) in enumerate(raw_steps)
+            for i, (fn, ins, outs, node, idx, _) in enumerate(raw_steps)
         )
+        fast = tuple(_fast_step(st, _donor(st, raw[5])) for st, raw in zip(steps, raw_steps))
         template = [None] * len(names)
         for s, v in const_vals.items():
             template[s] = v
@@ -263,13 +345,14 @@ class Planner:
             outer_slots=outer_slots,
             graph=g,
             opsets=self.opsets,
+            fast=fast,
         )
 
     def _bind(self, node: Node):
         """The step callable for a node, and the outer-scope names its subgraphs read (implicit inputs)."""
         info = self.resolve(node)
         if not isinstance(info, registry.KernelInfo):
-            return info, ()  # a ready callable (custom op or expanded function)
+            return info, (), None  # a ready callable (custom op or expanded function)
         kwargs = {}
         graph_attrs = {}
         for k, v in node.attrs.items():
@@ -287,7 +370,10 @@ class Planner:
         if "_output_names" in info.reserved:
             kwargs["_output_names"] = tuple(node.outputs)
         if not graph_attrs:
-            return (functools.partial(info.fn, **kwargs) if kwargs else info.fn), ()
+            dk = (info.fn, kwargs) if "_donated" in info.reserved else None
+            # ``fn.plain``: an equivalent faster callable for calls without donation (a bare ufunc)
+            plain = getattr(info.fn, "plain", info.fn) if dk is not None else info.fn
+            return (functools.partial(plain, **kwargs) if kwargs else plain), (), dk
         implicit: list[str] = []
         subplans = {}
         for k, g in graph_attrs.items():
@@ -299,7 +385,52 @@ class Planner:
                     implicit.append(x)
         for k, g in graph_attrs.items():
             subplans[k] = self.plan(g, outer_names=tuple(implicit))
-        return _GraphKernel(info.fn, kwargs, subplans, len(node.inputs), self.runner), tuple(implicit)
+        if info.fn is _if_kernel() and set(subplans) == {"then_branch", "else_branch"} and len(node.inputs) == 1:
+            return _IfKernel(subplans["then_branch"], subplans["else_branch"], self.runner), tuple(implicit), None
+        return _GraphKernel(info.fn, kwargs, subplans, len(node.inputs), self.runner), tuple(implicit), None
+
+
+def _donor(st: Step, dk):
+    """The in-place donor of a step whose kernel accepts ``_donated`` and has inputs dying at it, or None."""
+    if dk is None or not st.free:
+        return None
+    fn, kwargs = dk
+    dying = set(st.free)
+    cands = tuple((p, s) for p, s in enumerate(st.ins) if s != SINK and s in dying and st.ins.count(s) == 1)[:3]
+    if not cands:
+        return None
+    bound = {}
+    pos = [p for p, _ in cands]
+    for mask in range(1, 1 << len(pos)):
+        combo = tuple(p for b, p in enumerate(pos) if mask >> b & 1)
+        bound[combo] = functools.partial(fn, **kwargs, _donated=combo)
+    return _Donor(st.fn, st.ins, cands, bound)
+
+
+def _if_kernel():
+    from ..ops import control_flow
+
+    return control_flow.if_
+
+
+class _IfKernel:
+    """The If kernel with its branches prebound: runs the chosen branch's plan directly (no per-call objects)."""
+
+    __slots__ = ("then_plan", "else_plan", "runner")
+
+    def __init__(self, then_plan, else_plan, runner):
+        self.then_plan = then_plan
+        self.else_plan = else_plan
+        self.runner = runner
+
+    def __call__(self, cond, *outer):
+        if type(cond) is np.ndarray and cond.size == 1:
+            c = bool(cond.reshape(-1)[0])
+        else:
+            from ..ops.control_flow import _scalar_bool
+
+            c = _scalar_bool(cond, "If condition")
+        return tuple(self.runner(self.then_plan if c else self.else_plan, (), outer))
 
 
 class _GraphKernel:

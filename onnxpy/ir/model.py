@@ -45,9 +45,12 @@ class ValueInfo:
     doc_string: str = ""
 
 
-@dataclass
+@dataclass(eq=False)
 class Node:
-    """One operator application.  ``inputs``/``outputs`` use "" for an absent optional value."""
+    """One operator application.  ``inputs``/``outputs`` use "" for an absent optional value.
+
+    Nodes compare by identity: two nodes with the same fields are still two nodes (list removal, membership).
+    """
 
     op_type: str
     domain: str
@@ -62,7 +65,7 @@ class Node:
         return f"{self.op_type} node '{self.name}' (domain {dom})"
 
 
-@dataclass
+@dataclass(eq=False)
 class Graph:
     name: str
     nodes: list[Node]

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import special as _special
 
 BLOCK = 16384
 
@@ -65,15 +64,22 @@ def erf32(x: np.ndarray) -> np.ndarray:
     return blockwise(_erf32_block, x)
 
 
+def erf64(x: np.ndarray) -> np.ndarray:
+    """erf in double precision (scipy, imported on first use: scipy.special costs ~0.2-0.4 s to import)."""
+    from scipy.special import erf as _erf64
+
+    return _erf64(x)
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """erf in x's float type: scipy for float64, the fast float32 path for float32/float16/bfloat16."""
     dt = x.dtype
     if dt == _F64:
-        return _special.erf(x)
+        return erf64(x)
     if dt == _F32:
         return erf32(x)
     if dt.kind in "iub":
-        return _special.erf(x.astype(np.float64))
+        return erf64(x.astype(np.float64))
     return erf32(x.astype(np.float32)).astype(dt)
 
 

@@ -9,7 +9,6 @@ Attention runs as batched matmuls; grouped-query attention is handled by reshapi
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from ..dtypes import to_numpy
 from .registry import kernel
@@ -464,6 +463,8 @@ def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activat
             raise ValueError(f"{op}: bias has shape {b.shape}, expected ({C},)")
         y += b.astype(ct)[None, :, None]
     if act in ("silu", "swish"):
+        from scipy.special import expit  # lazily: scipy.special costs ~0.2 s to import
+
         y = y * expit(y)
     present = xp[:, :, xp.shape[2] - (kk - 1):] if kk > 1 else xp[:, :, :0]
     return y.astype(x.dtype), np.ascontiguousarray(present).astype(x.dtype)

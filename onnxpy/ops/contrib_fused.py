@@ -17,7 +17,7 @@ from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
 from .conv import conv as _conv
-from .linalg import _gemm
+from .linalg import _gemm, _to_f32
 from .registry import MS_DOMAIN, kernel
 
 
@@ -39,24 +39,78 @@ def _last_dim_bias(x: np.ndarray, bias, op: str, name: str = "bias") -> np.ndarr
 
 
 # ----------------------------------------------------------------------------------------------------------- GELUs
+_GELU_BLOCK = 32768
+_SQRT_HALF = math.sqrt(0.5)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_erf_into(x: np.ndarray, o: np.ndarray) -> None:
+    """o = 0.5 x (1 + erf(x / sqrt 2)) for float32 blocks (o may be x itself); the ops of activations.Gelu."""
+    e = np.multiply(x, _SQRT_HALF)
+    e = _fast._erf32_block(e)
+    e += 1.0
+    e *= x
+    np.multiply(e, 0.5, out=o)
+
+
+def _gelu_tanh_into(x: np.ndarray, o: np.ndarray) -> None:
+    """o = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (o may be x itself); the ops of Gelu(tanh)."""
+    t = np.multiply(x, x)
+    t *= 0.044715
+    t += 1.0
+    t *= x
+    t *= _SQRT_2_OVER_PI
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= x
+    np.multiply(t, 0.5, out=o)
+
+
+def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
+    """Gelu(x [+ bias]) in x's type; float32 work is done block by block into one buffer: x itself when the
+    executor donated it (see registry: ``_donated``), else a fresh one."""
+    xf = _up(x)
+    bname = "B" if op == "BiasGelu" else "bias"
+    if xf.dtype != _F32 or xf.ndim == 0:
+        s = _last_dim_bias(xf, bias, op, bname)
+        return _blockwise(_gelu_tanh_block if approx else _gelu_erf_block, s).astype(x.dtype, copy=False)
+    own = 0 in donated and xf is x and x.flags.writeable and x.flags.c_contiguous
+    if bias is not None:
+        b = _float_arr(bias, op, bname)
+        if own and b.dtype == _F32 and b.ndim <= x.ndim and np.broadcast_shapes(b.shape, x.shape) == x.shape:
+            src = np.add(x, b, out=x)
+        else:
+            src = _last_dim_bias(xf, b, op, bname)  # fresh: work in place
+        dst = src
+    else:
+        src = xf
+        dst = xf if own else np.empty(xf.shape, dtype=_F32)
+    fn = _gelu_tanh_into if approx else _gelu_erf_into
+    n = src.size
+    if n:
+        fs = src.reshape(-1)
+        fd = dst.reshape(-1)
+        for i in range(0, n, _GELU_BLOCK):
+            fn(fs[i:i + _GELU_BLOCK], fd[i:i + _GELU_BLOCK])
+    return dst.astype(x.dtype, copy=False)
+
+
 @kernel("Gelu", since=1, domain=MS_DOMAIN)
-def ms_gelu(X):
+def ms_gelu(X, *, _donated=()):
     x = _float_arr(X, "Gelu", "X")
-    return _blockwise(_gelu_erf_block, _up(x)).astype(x.dtype, copy=False)
+    return _gelu(x, None, "Gelu", False, _donated)
 
 
 @kernel("BiasGelu", since=1, domain=MS_DOMAIN)
-def bias_gelu(A, B):
+def bias_gelu(A, B, *, _donated=()):
     a = _float_arr(A, "BiasGelu", "A")
-    s = _last_dim_bias(_up(a), B, "BiasGelu", "B")
-    return _blockwise(_gelu_erf_block, s).astype(a.dtype, copy=False)
+    return _gelu(a, B, "BiasGelu", False, _donated)
 
 
 @kernel("FastGelu", since=1, domain=MS_DOMAIN)
-def fast_gelu(X, bias=None):
+def fast_gelu(X, bias=None, *, _donated=()):
     x = _float_arr(X, "FastGelu", "X")
-    s = _last_dim_bias(_up(x), bias, "FastGelu")
-    return _blockwise(_gelu_tanh_block, s).astype(x.dtype, copy=False)
+    return _gelu(x, bias, "FastGelu", True, _donated)
 
 
 @kernel("QuickGelu", since=1, domain=MS_DOMAIN)
@@ -136,6 +190,10 @@ def _fused_matmul(op, A, B, alpha, transA, transB, transBatchA, transBatchB):
                          f"{b.shape}")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"{op}: inputs must have rank >= 1")
+    dt = a.dtype
+    if dt not in (_F32, _F64):
+        a = a.astype(_F32)
+        b = _to_f32(b)  # before the transposes: the cache knows the (constant) weight, not a fresh view of it
     if transBatchA:
         a = np.moveaxis(a, 0, -2)
     if transBatchB:
@@ -144,9 +202,12 @@ def _fused_matmul(op, A, B, alpha, transA, transB, transBatchA, transBatchB):
         a = np.swapaxes(a, -1, -2)
     if transB and b.ndim >= 2:
         b = np.swapaxes(b, -1, -2)
-    dt = a.dtype
     try:
-        y = np.matmul(_up(a), _up(b))
+        if a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0] and a.flags.c_contiguous:
+            # (..., M, K) @ (K, N): one large GEMM instead of a loop of small ones
+            y = np.matmul(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+        else:
+            y = np.matmul(a, b)
     except ValueError:
         raise ValueError(f"{op}: incompatible shapes {a.shape} and {b.shape} after the transposes") from None
     if alpha != 1.0:

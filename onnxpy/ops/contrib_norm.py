@@ -29,8 +29,34 @@ def _vec(p, n: int, op: str, name: str, cd) -> np.ndarray | None:
     return p.reshape(n).astype(cd, copy=False)
 
 
+_EINSUM_MAX_D = 8192  # row sums by einsum (one SIMD pass, no temporaries) up to this width; np.mean beyond
+
+
 def _layer_norm_rows(x2: np.ndarray, eps: float, simplified: bool):
-    """Normalize rows of a 2-D array; returns (y, mean, inv_std) with mean/inv_std of shape (rows, 1)."""
+    """Normalize rows of a 2-D array; returns (y, mean, inv_std) with mean/inv_std of shape (rows, 1).
+
+    ``y`` is a fresh array the caller may scale in place.
+    """
+    D = x2.shape[1]
+    if 0 < D <= _EINSUM_MAX_D and x2.shape[0]:
+        t = x2.dtype.type
+        if simplified:
+            ms = np.einsum("ij,ij->i", x2, x2)[:, None]
+            ms *= t(1.0 / D)
+            ms += t(eps)
+            inv = np.sqrt(ms, out=ms)
+            np.divide(t(1), inv, out=inv)
+            return x2 * inv, np.zeros_like(inv), inv
+        mean = np.einsum("ij->i", x2)[:, None]
+        mean *= t(1.0 / D)
+        d = np.subtract(x2, mean)
+        var = np.einsum("ij,ij->i", d, d)[:, None]
+        var *= t(1.0 / D)
+        var += t(eps)
+        inv = np.sqrt(var, out=var)
+        np.divide(t(1), inv, out=inv)
+        d *= inv
+        return d, mean, inv
     if simplified:
         ms = np.mean(np.square(x2), axis=1, keepdims=True)
         inv = 1.0 / np.sqrt(ms + x2.dtype.type(eps))
@@ -43,7 +69,7 @@ def _layer_norm_rows(x2: np.ndarray, eps: float, simplified: bool):
     return d, mean, inv
 
 
-def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified):
+def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified, donated=(), output_names=None):
     x = _float_arr(input, op, "input")
     s = _float_arr(skip, op, "skip")
     if x.ndim not in (2, 3):
@@ -58,7 +84,10 @@ def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified):
     g = _vec(gamma, D, op, "gamma", cd)
     b = _vec(beta, D, op, "beta", cd)
     bi = _vec(bias, D, op, "bias", cd)
-    total = x.astype(cd) + s.astype(cd, copy=False)
+    if 0 in donated and x.dtype == cd and s.dtype == cd and x.flags.writeable and x.flags.c_contiguous:
+        total = np.add(x, s, out=x)  # x dies here and is ours (see registry: _donated)
+    else:
+        total = np.add(x, s, dtype=cd)
     if bi is not None:
         total += bi
     rows = math.prod(x.shape[:-1])
@@ -66,19 +95,25 @@ def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified):
     y *= g
     if b is not None:
         y += b
+    if output_names is not None and not any(output_names[1:]):  # only the normalized output is used
+        return y.reshape(x.shape).astype(x.dtype, copy=False)
     stat_shape = x.shape[:-1] + (1,)
     return (y.reshape(x.shape).astype(x.dtype, copy=False), mean.reshape(stat_shape).astype(_F32),
             inv.reshape(stat_shape).astype(_F32), total.astype(x.dtype, copy=False))
 
 
 @kernel("SkipLayerNormalization", since=1, domain=MS_DOMAIN)
-def skip_layer_normalization(input, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):  # noqa: A002 - spec name
-    return _skip_norm("SkipLayerNormalization", input, skip, gamma, beta, bias, epsilon, False)
+def skip_layer_normalization(input, skip, gamma, beta=None, bias=None, *, epsilon=1e-12,  # noqa: A002 - spec name
+                             _donated=(), _output_names=None):
+    return _skip_norm("SkipLayerNormalization", input, skip, gamma, beta, bias, epsilon, False, _donated,
+                      _output_names)
 
 
 @kernel("SkipSimplifiedLayerNormalization", since=1, domain=MS_DOMAIN)
-def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilon=1e-12):  # noqa: A002 - spec name
-    return _skip_norm("SkipSimplifiedLayerNormalization", input, skip, gamma, None, bias, epsilon, True)
+def skip_simplified_layer_normalization(input, skip, gamma, bias=None, *, epsilon=1e-12,  # noqa: A002 - spec name
+                                        _donated=(), _output_names=None):
+    return _skip_norm("SkipSimplifiedLayerNormalization", input, skip, gamma, None, bias, epsilon, True, _donated,
+                      _output_names)
 
 
 @kernel("SimplifiedLayerNormalization", since=1)

@@ -115,8 +115,86 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     if B.size != N * nb * blob:
         raise ValueError(f"{op}: B has shape {B.shape}, expected [{N}, {nb}, {blob}] for K={K}, N={N}, bits={bits}, "
                          f"block_size={bs}")
-    q = unpack_bits(B.reshape(N, nb * blob), bits, nb * bs)  # [N, nb*bs] codes
     scales = _arr(scales, op, "scales")
+    key = _nbits_key(B, scales, zero_points, g_idx, K, N, bits, bs, cdt)
+    w = _nbits_cached(key, B, scales, zero_points, g_idx)
+    if w is None:
+        w = _nbits_weight(op, B, scales, zero_points, g_idx, K, N, bits, bs, nb, blob, cdt)
+        if key is not None:
+            _nbits_store(key, B, scales, zero_points, g_idx, w)
+    a = A.astype(cdt, copy=False)
+    if accuracy_level == 4 and A.dtype == np.float32 and not (bits == 2 and bs == 16):
+        a = _int8_blockwise(a, bs)  # onnxruntime's CompInt8 path quantizes A per block of K to int8
+    y = np.matmul(a, w.T)
+    if bias is not None:
+        b = np.asarray(bias).astype(cdt)
+        if b.size != N:
+            raise ValueError(f"{op}: bias must have N={N} values, got shape {b.shape}")
+        y = y + b.reshape(-1)
+    return y.astype(A.dtype, copy=False)
+
+
+# Dequantized MatMulNBits weights of constant (read-only, model-owned) inputs, so that the unpacking runs once per
+# session instead of on every run.  Entries go with the packed weight; the cache is bounded in bytes.
+_NBITS_CACHE: dict = {}
+_NBITS_CACHE_MAX_BYTES = 1 << 30
+_nbits_bytes = [0]
+
+
+def _is_const(x) -> bool:
+    if not isinstance(x, np.ndarray) or x.flags.writeable:
+        return False
+    root = x
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return isinstance(root.base, bytes)
+
+
+def _nbits_key(B, scales, zero_points, g_idx, K, N, bits, bs, cdt):
+    if not (_is_const(B) and _is_const(scales)):
+        return None
+    for x in (zero_points, g_idx):
+        if x is not None and not _is_const(x):
+            return None
+    return (id(B), id(scales), None if zero_points is None else id(zero_points), None if g_idx is None else id(g_idx),
+            K, N, bits, bs, cdt.str)
+
+
+def _nbits_cached(key, B, scales, zero_points, g_idx):
+    if key is None:
+        return None
+    hit = _NBITS_CACHE.get(key)
+    if hit is None:
+        return None
+    refs, w = hit
+    if all(r() is x for r, x in zip(refs, (B, scales, zero_points, g_idx)) if r is not None):
+        return w
+    return None
+
+
+def _nbits_store(key, B, scales, zero_points, g_idx, w) -> None:
+    import weakref
+
+    if _nbits_bytes[0] + w.nbytes > _NBITS_CACHE_MAX_BYTES:
+        return
+    old = _NBITS_CACHE.pop(key, None)
+    if old is not None:
+        _nbits_bytes[0] -= old[1].nbytes
+
+    def drop(_r, k=key):
+        e = _NBITS_CACHE.pop(k, None)
+        if e is not None:
+            _nbits_bytes[0] -= e[1].nbytes
+
+    refs = tuple(None if x is None else weakref.ref(x, drop) for x in (B, scales, zero_points, g_idx))
+    w.flags.writeable = False
+    _NBITS_CACHE[key] = (refs, w)
+    _nbits_bytes[0] += w.nbytes
+
+
+def _nbits_weight(op, B, scales, zero_points, g_idx, K, N, bits, bs, nb, blob, cdt):
+    """The dequantized [N, K] weight of MatMulNBits in the compute type ``cdt``."""
+    q = unpack_bits(B.reshape(N, nb * blob), bits, nb * bs)  # [N, nb*bs] codes
     if scales.size != N * nb:
         raise ValueError(f"{op}: scales has shape {scales.shape}, expected [{N}, {nb}]")
     s = scales.reshape(N, nb).astype(np.float32)
@@ -144,17 +222,7 @@ def matmul_nbits(A, B, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
         w = (q[:, :K] - z[:, gi]) * s[:, gi]
     else:
         w = ((q.reshape(N, nb, bs) - z[:, :, None]) * s[:, :, None]).reshape(N, nb * bs)[:, :K]
-    w = w.astype(cdt, copy=False)
-    a = A.astype(cdt, copy=False)
-    if accuracy_level == 4 and A.dtype == np.float32 and not (bits == 2 and bs == 16):
-        a = _int8_blockwise(a, bs)  # onnxruntime's CompInt8 path quantizes A per block of K to int8
-    y = np.matmul(a, w.T)
-    if bias is not None:
-        b = np.asarray(bias).astype(cdt)
-        if b.size != N:
-            raise ValueError(f"{op}: bias must have N={N} values, got shape {b.shape}")
-        y = y + b.reshape(-1)
-    return y.astype(A.dtype, copy=False)
+    return np.ascontiguousarray(w, dtype=cdt)
 
 
 # ------------------------------------------------------------------------------------------- GatherBlockQuantized

@@ -136,8 +136,67 @@ def _attention_bias(bias, B, N, S, T, op, cd) -> np.ndarray:
     return b[..., :T].astype(cd, copy=False)
 
 
+_CAUSAL_T: dict = {}
+
+
+def _causal_t(S: int, T: int, past: int) -> np.ndarray:
+    """Cached boolean [T, S]: True where key j (row) is after query i (column)."""
+    key = (S, T, past)
+    c = _CAUSAL_T.get(key)
+    if c is None:
+        if len(_CAUSAL_T) > 32:
+            _CAUSAL_T.clear()
+        c = np.ascontiguousarray(_causal(S, T, past).T)
+        c.flags.writeable = False
+        _CAUSAL_T[key] = c
+    return c
+
+
+def _mha_core_t(q, k, v, scale, additive, causal_past):
+    """The same-heads attention of :func:`_mha_core` computed in the transposed layout.
+
+    Scores are formed as k q^T ([B, N, T, S]) so that the softmax reductions run over axis -2, which numpy
+    vectorizes far better than reductions over the last axis; the scale is folded into q (the smaller operand),
+    the 1/sum normalization is applied to the [S, Hv] output rows instead of the [S, T] probabilities, and the
+    result is written straight into the merged-heads layout.  Returns the output as a [B, N, S, Hv] view of a
+    contiguous [B, S, N, Hv] array.
+    """
+    B, N, S, H = q.shape
+    T, Hv = k.shape[2], v.shape[3]
+    dt = q.dtype
+    qs = np.multiply(q, dt.type(scale))
+    st = np.matmul(k, qs.swapaxes(-1, -2))  # [B, N, T, S]
+    if additive is not None:
+        a = np.asarray(additive)
+        if a.ndim < 4:
+            a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+        at = a.swapaxes(-1, -2)
+        if at.shape[-1] > 1 and at.shape[-2] > 1:  # a full [.., S, T] mask: transpose it once, not per head
+            at = np.ascontiguousarray(at)
+        st += at
+    if causal_past is not None:
+        np.copyto(st, np.finfo(dt).min, where=_causal_t(S, T, int(causal_past)))
+    m = np.max(st, axis=-2, keepdims=True)  # [B, N, 1, S]
+    finite = bool(np.isfinite(m).all())
+    if not finite:  # rows with no finite score (or NaN): exp(s - 0) as in _softmax
+        m = np.where(np.isfinite(m), m, dt.type(0))
+    st -= m
+    np.exp(st, out=st)
+    den = np.sum(st, axis=-2, keepdims=True)
+    if not finite:
+        den = np.where(den == 0, dt.type(1), den)
+    out = np.empty((B, S, N, Hv), dtype=dt)
+    ov = out.transpose(0, 2, 1, 3)
+    np.matmul(st.swapaxes(-1, -2), v, out=ov)
+    ov /= den.swapaxes(-1, -2)
+    return ov
+
+
 def _mha_core(q, k, v, scale, additive=None, causal_past=None, want_qk=False):
     """q [B,N,S,H], k/v [B,Nk,T,*] in the compute dtype -> (output [B,N,S,Hv], pre-softmax scores or None)."""
+    if not want_qk and q.shape[1] == k.shape[1] and (causal_past is None or np.ndim(causal_past) == 0) \
+            and q.size and k.size and v.size:
+        return _mha_core_t(q, k, v, scale, additive, causal_past), None
     s = _scores(q, k, scale)
     if additive is not None:
         s += additive

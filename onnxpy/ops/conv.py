@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_alloc
 from ._spatial import (
     check_rank,
     compute_dtype,
@@ -21,6 +22,9 @@ from .registry import kernel
 _COLS_LIMIT = 1 << 24
 # Channel block of the depthwise path (bytes of accumulator per block).
 _DW_BLOCK_BYTES = 1 << 19
+# Depthwise convolutions with at least this many channels run channels-last (elements per row block).
+_DW_NHWC_MIN_C = 96
+_DW_NHWC_BLOCK = 1 << 16
 
 
 def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
@@ -57,7 +61,12 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
             and min(pb) >= 0 and min(pe) >= 0):
         return _conv2d_shifted(x, w, pb, pe, dilations, out_shape)
     if Cg == 1 and group > 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and min(pb) >= 0 and min(pe) >= 0:
+        if Mg == 1 and group >= _DW_NHWC_MIN_C:
+            return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape)
         return _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group)
+    if (Cg == 1 and group > 1 and n == 2 and min(pb) >= 0 and min(pe) >= 0 and strides[0] <= 4 and strides[1] <= 4
+            and prod(out_shape) >= 64):
+        return _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group)
     xp = pad_array(x, pb, pe, 0)
     # Depthwise: sum of shifted slices, no im2col (products land in one scratch buffer, no temporaries).
     if Cg == 1 and group > 1:
@@ -168,6 +177,89 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
                     a += t
     res = acc.reshape(N, M, Ho, Wp)
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
+
+
+def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape):
+    """Stride-1 2-D depthwise convolution (one filter per channel) in channels-last layout.
+
+    The padded input is laid out (Hp + 1, Wp, C) and flattened over (H, W): tap (i, j) reads the contiguous rows
+    starting at i*dh*Wp + j*dw, and its C coefficients broadcast along the contiguous channel axis (numpy's fast
+    row-vector loop; a per-channel scalar broadcast along W is ~2x slower).  Rows go in blocks of ~64K elements so
+    the accumulator and scratch stay in cache across the taps; the Wp - Wo extra columns per row are cropped.
+    """
+    N, C, H, W = x.shape
+    KH, KW = w.shape[2:]
+    Ho, Wo = out_shape
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    dt = x.dtype
+    xp = np.zeros((N, Hp + 1, Wp, C), dtype=dt)
+    xp[:, pb[0]:pb[0] + H, pb[1]:pb[1] + W, :] = x.transpose(0, 2, 3, 1)
+    xf = xp.reshape(N, (Hp + 1) * Wp, C)
+    L = Ho * Wp
+    wt = np.ascontiguousarray(w.reshape(C, KH * KW).T)  # (K, C)
+    taps = [i * dilations[0] * Wp + j * dilations[1] for i in range(KH) for j in range(KW)]
+    acc = np.empty((N, L, C), dtype=dt)
+    rows = max(1, _DW_NHWC_BLOCK // C)
+    tmp = np.empty((min(rows, L), C), dtype=dt)
+    for b in range(N):
+        for r0 in range(0, L, rows):
+            r1 = min(L, r0 + rows)
+            a = acc[b, r0:r1]
+            t = tmp[:r1 - r0]
+            for k, off in enumerate(taps):
+                if k == 0:
+                    np.multiply(xf[b, off + r0:off + r1], wt[k], out=a)
+                else:
+                    np.multiply(xf[b, off + r0:off + r1], wt[k], out=t)
+                    a += t
+    res = acc.reshape(N, Ho, Wp, C)[:, :, :Wo, :].transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(res)
+
+
+def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group):
+    """Strided 2-D depthwise convolution through a polyphase split: the padded input is copied once into
+    sh*sw contiguous phase images (rows a::sh, columns b::sw), so tap (i, j) becomes a stride-1 read of phase
+    (i*dh % sh, j*dw % sw) at offset (i*dh // sh, j*dw // sw); each tap is then one multiply-add over whole
+    flattened planes as in _depthwise2d_flat (strided ufunc reads are several times slower)."""
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    Mg = M // group
+    sh, sw = strides
+    dh, dw = dilations
+    Ho, Wo = out_shape
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    Hq, Wq = -(-Hp // sh) + 1, -(-Wp // sw)
+    dt = x.dtype
+    xp = np.zeros((N, C, Hq * sh, Wq * sw), dtype=dt)
+    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
+    ph = np.ascontiguousarray(xp.reshape(N, C, Hq, sh, Wq, sw).transpose(3, 5, 0, 1, 2, 4))
+    ph = ph.reshape(sh, sw, N, group, 1, Hq * Wq)
+    L = Ho * Wq
+    wg = w.reshape(group, Mg, KH, KW)
+    acc = np.empty((N, group, Mg, L), dtype=dt)
+    step = max(1, _DW_BLOCK_BYTES // max(1, Mg * L * dt.itemsize))
+    tmp = np.empty((min(step, group), Mg, L), dtype=dt)
+    taps = []
+    for i in range(KH):
+        qi, ai = divmod(i * dh, sh)
+        for j in range(KW):
+            qj, bj = divmod(j * dw, sw)
+            taps.append((ai, bj, qi * Wq + qj, i, j))
+    for b in range(N):
+        for g0 in range(0, group, step):
+            g1 = min(group, g0 + step)
+            a = acc[b, g0:g1]
+            t = tmp[:g1 - g0]
+            for k, (ai, bj, off, i, j) in enumerate(taps):
+                src = ph[ai, bj, b, g0:g1, :, off:off + L]
+                coef = wg[g0:g1, :, i, j:j + 1]  # (g, Mg, 1)
+                if k == 0:
+                    np.multiply(src, coef, out=a)
+                else:
+                    np.multiply(src, coef, out=t)
+                    a += t
+    res = acc.reshape(N, M, Ho, Wq)
+    return np.ascontiguousarray(res[..., :Wo])
 
 
 def _prepare(X, W, op, kernel_shape, strides, dilations):
@@ -291,6 +383,7 @@ def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, 
         raise ValueError(f"{op}: unsupported auto_pad value {auto_pad!r}")
     if any(o < 0 for o in osh):
         raise ValueError(f"{op}: computed output shape {osh} is negative")
+    check_alloc([N, M, *osh], X.dtype, f"{op} output")
     cd = compute_dtype(X.dtype)
     x = X.astype(cd, copy=False)
     w = W.astype(cd, copy=False)
@@ -480,6 +573,7 @@ def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, stride
     if K == 0 or CK % K:
         raise ValueError(f"{op}: input dim 1 ({CK}) not divisible by prod(block_shape) ({K})")
     C = CK // K
+    check_alloc([N, C, *img], x.dtype, f"{op} output")
     blocks = [(i + b + e - ((k - 1) * d + 1)) // s + 1 for i, b, e, k, d, s in zip(img, pb, pe, blk, dl, st)]
     if prod(blocks) != L:
         raise ValueError(f"{op}: input has {L} blocks, expected {prod(blocks)} for image_shape {img}")

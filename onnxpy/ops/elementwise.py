@@ -116,9 +116,35 @@ def div(a, b):
     return np.divide(a, b)
 
 
-for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", div)):
-    kernel(_op, (7, 13, 14))(_fn)
-    kernel(_op, (1, 6))(_legacy_binary(_fn, _op.lower() + "_legacy"))
+def _in_place_target(a, b, donated):
+    """The donated operand (see registry: ``_donated``) that can hold ``a op b`` as it is, or None."""
+    for p in donated:
+        t = a if p == 0 else b
+        o = b if p == 0 else a
+        if t.ndim and t.dtype == o.dtype and (o.shape == t.shape or np.broadcast_shapes(t.shape, o.shape) == t.shape):
+            return t
+    return None
+
+
+def _donating_binary(ufunc, name, int_ok=True):
+    """A binary kernel that writes into a donated operand when it can; ``.plain`` is the bare ufunc."""
+
+    def fn(a, b, *, _donated=()):
+        if _donated and (int_ok or a.dtype.kind == "f"):
+            t = _in_place_target(a, b, _donated)
+            if t is not None:
+                return ufunc(a, b, out=t)
+        return ufunc(a, b) if ufunc is not np.divide else div(a, b)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.plain = ufunc if ufunc is not np.divide else div
+    return fn
+
+
+for _op, _fn, _int_ok in (("Add", np.add, True), ("Sub", np.subtract, True), ("Mul", np.multiply, True),
+                          ("Div", np.divide, False)):
+    kernel(_op, (7, 13, 14))(_donating_binary(_fn, _op.lower(), _int_ok))
+    kernel(_op, (1, 6))(_legacy_binary(_fn if _fn is not np.divide else div, _op.lower() + "_legacy"))
 
 
 def _pow_float(x, y):
@@ -235,8 +261,12 @@ def min_(*xs):
 
 
 @kernel("Sum", (1, 6, 8, 13))
-def sum_(*xs):
+def sum_(*xs, _donated=()):
     if len(xs) == 2:
+        if _donated:
+            t = _in_place_target(xs[0], xs[1], _donated)
+            if t is not None:
+                return np.add(xs[0], xs[1], out=t)
         return np.add(xs[0], xs[1])
     _need_inputs("Sum", xs)
     r = xs[0]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ._spatial import prod
 from .registry import kernel
 
@@ -229,6 +230,7 @@ def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extra
     out_shape = list(X.shape)
     for a, o in zip(ax, out_sz):
         out_shape[a] = o
+    check_alloc(out_shape, X.dtype, f"{op} output")
     if prod(out_shape) == 0 or X.size == 0:
         if X.size == 0 and prod(out_shape) != 0:
             raise ValueError(f"{op}: cannot resize an empty tensor to shape {out_shape}")

@@ -7,6 +7,7 @@ in float32 too.
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import ml_dtypes
@@ -78,7 +79,7 @@ def matmul(A, B):
         return matmul(A.astype(_F32), _to_f32(B)).astype(dt)
     if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:
         # (..., M, K) @ (K, N): one large GEMM instead of a loop of small ones
-        return _matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[1],))
+        return _matmul(A.reshape(math.prod(A.shape[:-1]), A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[1],))
     try:
         return _matmul(A, B)
     except ValueError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_alloc
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
 
@@ -260,6 +261,7 @@ def max_unpool(X, I, output_shape=None, *, kernel_shape=None, pads=None, strides
     else:
         shape = list(X.shape[:2]) + [(i - 1) * s + k - b - e
                                      for i, s, k, b, e in zip(X.shape[2:], st, ks, pb, pe)]
+    check_alloc(shape, X.dtype, f"{op} output")
     total = prod(shape)
     idx = I.reshape(-1).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= total):

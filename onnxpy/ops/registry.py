@@ -10,7 +10,10 @@ Kernel contract (shared by every op family module):
   attributes the signature does not name are not passed;
 * reserved keyword-only parameters, filled by the planner only when the signature names them:
   ``_num_outputs`` (how many outputs the node declares), ``_opset`` (the domain's opset of the model),
-  ``_node_name`` (the node's name), ``_output_names`` (the node's output names, "" for absent optional ones);
+  ``_node_name`` (the node's name), ``_output_names`` (the node's output names, "" for absent optional ones),
+  ``_donated`` (declare it as ``_donated=()``: a tuple of input positions whose arrays the kernel may overwrite
+  and return as its output -- the executor passes them only for arrays that die at that step, own their memory
+  and are referenced by nothing else; the kernel must still check shape/dtype before writing in place);
 * graph attributes (If/Loop/Scan bodies) arrive as callables ``body(*inputs) -> list`` with
   ``body.input_names`` / ``body.output_names``; outer-scope values are already bound;
 * a kernel returns one value, or a **tuple** of values for several outputs (extra trailing values are
@@ -33,7 +36,7 @@ ML_DOMAIN = "ai.onnx.ml"
 MS_DOMAIN = "com.microsoft"
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 
-RESERVED = ("_num_outputs", "_opset", "_node_name", "_output_names")
+RESERVED = ("_num_outputs", "_opset", "_node_name", "_output_names", "_donated")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ part runs in a Python loop over time steps (vectorised over batch and hidden uni
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from .registry import kernel
 
@@ -38,6 +37,8 @@ def _make_act(name: str, alpha: float, beta: float):
     if key == "tanh":
         return np.tanh
     if key == "sigmoid":
+        from scipy.special import expit  # lazily: scipy.special costs ~0.2 s to import
+
         return expit
     if key == "affine":
         return lambda x: alpha * x + beta

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..dtypes import is_ml_dtype, to_numpy
@@ -78,6 +80,22 @@ def constant(*, value=None, sparse_value=None, value_float=None, value_floats=No
     return _str_array(v)
 
 
+# Results of ConstantOfShape whose shape tensor is still alive, keyed by that tensor's id: models that declare their
+# weights as ConstantOfShape(shape initializer) (onnx's light_* models) refill the same weights on every run.  The
+# cached result is read-only (kernels never write into inputs; the session copies read-only results it hands out)
+# and the entry goes away with the shape tensor (a weakref callback), so it lives as long as the session's
+# initializer does.
+_COS_CACHE: dict = {}
+_COS_MIN_ELEMS = 64  # below this a fresh np.full is as cheap as the lookup
+
+
+def _cos_drop(key):
+    def drop(_ref):
+        for k in [k for k in list(_COS_CACHE) if k[0] == key]:
+            _COS_CACHE.pop(k, None)
+    return drop
+
+
 @kernel("ConstantOfShape", since=9)
 def constant_of_shape(input, *, value=None):
     shape = to_ints(input, "shape")
@@ -88,7 +106,25 @@ def constant_of_shape(input, *, value=None):
         if v.size != 1:
             raise ValueError(f"ConstantOfShape: value must hold exactly one element, got shape {list(v.shape)}")
         dtype, fill = v.dtype, v.reshape(-1)[0]
-    return full(check_shape(shape, dtype, "ConstantOfShape output"), fill, dtype)
+    shape = tuple(check_shape(shape, dtype, "ConstantOfShape output"))
+    if dtype.kind in "biuf" and isinstance(input, np.ndarray) and not input.flags.writeable:
+        n = 1
+        for d in shape:
+            n *= d
+        if n >= _COS_MIN_ELEMS:
+            key = (id(input), dtype.str, np.asarray(fill, dtype=dtype).tobytes())
+            hit = _COS_CACHE.get(key)
+            if hit is not None and hit[0]() is input and hit[1] == shape:
+                return hit[2]
+            out = full(shape, fill, dtype)
+            out.flags.writeable = False
+            try:
+                ref = weakref.ref(input, _cos_drop(id(input)))
+            except TypeError:
+                return out
+            _COS_CACHE[key] = (ref, shape, out)
+            return out
+    return full(shape, fill, dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------

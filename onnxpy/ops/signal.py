@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from ..dtypes import to_numpy
 from .registry import kernel
 
@@ -71,6 +72,11 @@ def _dft(x, dft_length, axis: int, inverse: int, onesided: int) -> np.ndarray:
         n = n_axis
     if n_axis == 0:
         raise ValueError("DFT: the signal axis is empty")
+    out_n = n // 2 + 1 if onesided and not inverse else n
+    if onesided and inverse:
+        limits.check_alloc(c.shape[:ax] + (n,) + c.shape[ax + 1:] + (1,), x.dtype, "DFT output")
+    else:
+        limits.check_alloc(c.shape[:ax] + (out_n,) + c.shape[ax + 1:] + (2,), x.dtype, "DFT output")
     if onesided and inverse:
         y = np.fft.irfft(c, n=n, axis=ax)
         return y[..., None].astype(x.dtype, copy=False)
@@ -124,6 +130,7 @@ def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
     if fl < 1 or fl > L:
         raise ValueError(f"STFT: frame_length {fl} must lie in [1, signal_length={L}]")
     nframes = (L - fl) // step + 1
+    limits.check_alloc((sig.shape[0], nframes, fl // 2 + 1 if onesided else fl, 2), signal.dtype, "STFT output")
     idx = np.arange(nframes)[:, None] * step + np.arange(fl)[None, :]
     frames = sig[:, idx]  # [B, F, fl]
     if win is not None:

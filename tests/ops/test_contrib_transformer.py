@@ -796,3 +796,80 @@ def test_optimized_transformer_models_vs_ort(fused_models, kind, expected_ops):
         for g, e in zip(got, exp):
             assert g.shape == e.shape and g.dtype == e.dtype
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fast paths (speed round 2): the transposed-layout attention core against the generic one, the Gelu family against
+# activations' block functions, the MatMulNBits weight cache
+
+
+@pytest.mark.parametrize("case", ["bias", "inf_rows", "causal", "kpm", "large"])
+def test_mha_fast_core_matches_generic(case):
+    from onnxpy.ops import contrib_transformer as ct
+
+    r = _rng(40)
+    B, S, T, N, H = (1, 64, 64, 4, 16) if case == "large" else (2, 5, 7, 2, 4)
+    if case == "causal":
+        T = S
+    q, k, v = _randn(r, B, S, N * H), _randn(r, B, T, N * H), _randn(r, B, T, N * H)
+    ab = kpm = None
+    if case in ("bias", "large"):
+        ab = _randn(r, 1, 1, S, T)
+    if case == "inf_rows":
+        ab = np.zeros((B, 1, S, T), np.float32)
+        ab[:, :, 1] = -np.inf
+        ab[0, :, 2, 1:] = -np.inf
+        ab[1, :, 3, 2] = np.nan
+    if case == "kpm":
+        kpm = np.array([3, 7], np.int32)
+    kw = dict(num_heads=N, unidirectional=int(case == "causal"))
+    fast = ct.multi_head_attention(q, k, v, None, kpm, ab, **kw, _output_names=["o"])
+    generic = ct.multi_head_attention(q, k, v, None, kpm, ab, **kw, _output_names=["o", "", "", "qk"])[0]
+    assert fast.shape == generic.shape and fast.dtype == generic.dtype and fast.flags.c_contiguous
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(generic))
+    np.testing.assert_allclose(fast, generic, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 40, 1700), (3, 5), (7,), (2, 0, 3)])
+def test_gelu_family_matches_activation_blocks(shape):
+    from onnxpy.ops import contrib_fused as cf
+    from onnxpy.ops.activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
+
+    r = _rng(41)
+    x = (_randn(r, *shape) * 3).astype(np.float32)
+    b = _randn(r, shape[-1])
+    np.testing.assert_array_equal(cf.ms_gelu(x), _blockwise(_gelu_erf_block, x))
+    np.testing.assert_array_equal(cf.bias_gelu(x, b), _blockwise(_gelu_erf_block, x + b))
+    np.testing.assert_array_equal(cf.fast_gelu(x), _blockwise(_gelu_tanh_block, x))
+    np.testing.assert_array_equal(cf.fast_gelu(x, b), _blockwise(_gelu_tanh_block, x + b))
+
+
+def test_matmul_nbits_weight_cache():
+    import gc
+
+    from onnxpy.ops import contrib_quant as cq
+
+    r = _rng(42)
+    K, N, bs, bits = 64, 5, 32, 4
+    codes = r.integers(0, 16, (N, K))
+    B = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8).reshape(N, K // bs, bs // 2)
+    S = (r.random((N, K // bs)) * 0.1 + 0.01).astype(np.float32)
+    A = _randn(r, 3, K)
+    w = (codes - 8) * np.repeat(S, bs, axis=1)
+    m, feeds = single_node("MatMulNBits", [A, B, S], 1, opsets=[("", 21), (MS, 1)], domain=MS, inits=(1, 2),
+                           ir_version=10, K=K, N=N, bits=bits, block_size=bs)
+    sess = onnxpy.InferenceSession(m.SerializeToString())
+    n0 = len(cq._NBITS_CACHE)
+    y1 = sess.run(None, feeds)[0]
+    assert len(cq._NBITS_CACHE) == n0 + 1
+    y2 = sess.run(None, feeds)[0]
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_allclose(y1, A @ w.T, rtol=1e-5, atol=1e-5)
+    # non-constant (fed) weights are never cached
+    from onnxpy.ops.contrib_quant import matmul_nbits
+
+    matmul_nbits(A, B, S, K=K, N=N, bits=bits, block_size=bs)
+    assert len(cq._NBITS_CACHE) == n0 + 1
+    del sess
+    gc.collect()
+    assert len(cq._NBITS_CACHE) == n0

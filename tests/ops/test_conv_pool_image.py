@@ -417,3 +417,34 @@ def test_deform_conv_vs_ort():
     mask = RNG.random((2, 2 * 9, 4, 3)).astype(np.float32)
     check("DeformConv", [x, Init(w), off, Init(rand(6)), mask],
           {"group": 2, "offset_group": 2, "pads": [1, 0, 1, 1], "strides": [2, 2], "dilations": [1, 2]}, opset=19)
+
+
+@pytest.mark.parametrize("C,hw,k,pads,dil,st,dtype", [
+    (128, (7, 9), 3, [1, 1, 1, 1], [1, 1], [1, 1], np.float32),
+    (96, (6, 11), 5, [2, 1, 0, 3], [1, 2], [1, 1], np.float32),
+    (160, (5, 5), 3, [0, 0, 0, 0], [2, 1], [1, 1], np.float64),
+    (8, (17, 20), 3, [1, 1, 1, 1], [1, 1], [2, 2], np.float32),
+    (6, (13, 11), 3, [0, 2, 1, 1], [2, 1], [3, 2], np.float64),
+    (130, (9, 12), 5, [2, 2, 2, 2], [1, 1], [2, 1], np.float32),
+])
+def test_depthwise_fast_paths(C, hw, k, pads, dil, st, dtype):
+    """Depthwise convolutions (channels-last and polyphase strided kernels) against a direct numpy formula."""
+    from onnxpy.ops.conv import conv
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, C, *hw)).astype(dtype)
+    w = rng.standard_normal((C, 1, k, k)).astype(dtype)
+    b = rng.standard_normal(C).astype(dtype)
+    got = conv(x, w, b, group=C, pads=pads, dilations=dil, strides=st)
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    Ho = (xp.shape[2] - (k - 1) * dil[0] - 1) // st[0] + 1
+    Wo = (xp.shape[3] - (k - 1) * dil[1] - 1) // st[1] + 1
+    ref = np.zeros((2, C, Ho, Wo), np.float64)
+    for i in range(k):
+        for j in range(k):
+            ref += (xp[:, :, i * dil[0]:i * dil[0] + (Ho - 1) * st[0] + 1:st[0],
+                       j * dil[1]:j * dil[1] + (Wo - 1) * st[1] + 1:st[1]].astype(np.float64)
+                    * w[None, :, 0, i, j, None, None])
+    ref += b[None, :, None, None]
+    assert got.dtype == dtype and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -559,3 +559,12 @@ def test_nll_and_sce(reduction, weighted, ignore, shape):
     names = ["x", "t", "w"][: len(feeds)]
     check(node("NegativeLogLikelihoodLoss", names, **attrs), 13, feeds, rtol=1e-5)
     check(node("SoftmaxCrossEntropyLoss", names, ["l", "lp"], **attrs), 13, feeds, rtol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((2, 3, 0), (0, 4)), ((0, 3, 5), (5, 2)), ((2, 0, 5), (5, 2))])
+def test_matmul_batched_empty(a_shape, b_shape):
+    from onnxpy.ops.linalg import matmul
+
+    a = np.ones(a_shape, np.float32)
+    b = np.ones(b_shape, np.float32)
+    np.testing.assert_array_equal(matmul(a, b), np.matmul(a, b))
