@@ -84,6 +84,7 @@ def passes_for(level: int, disabled=frozenset()):
     from .fusions import BASIC_FUSIONS, FUSION_PASSES
     from .fusions_misc import MISC_PASSES
     from .fusions_qdq import QDQ_PASSES
+    from .fusions_speed import SPEED_PASSES
     from .fusions_transformer import TRANSFORMER_PASSES
 
     chosen = [p for p in BASIC_PASSES if p.level <= level]
@@ -91,7 +92,7 @@ def passes_for(level: int, disabled=frozenset()):
     if level >= 2:
         # attention fusion must see the MatMul scales before MatMulScaleFusion folds them
         chosen = chosen[:-1] + QDQ_PASSES + TRANSFORMER_PASSES + [p for p in FUSION_PASSES if p.level <= level] \
-            + chosen[-1:]
+            + [p for p in SPEED_PASSES if p.level <= level] + chosen[-1:]
     return [p for p in chosen if p.name not in disabled]
 
 
