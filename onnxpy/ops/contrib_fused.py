@@ -66,6 +66,13 @@ def _gelu_tanh_into(x: np.ndarray, o: np.ndarray) -> None:
     np.multiply(t, 0.5, out=o)
 
 
+def _fits(b_shape, x_shape) -> bool:
+    try:
+        return np.broadcast_shapes(b_shape, x_shape) == x_shape
+    except ValueError:
+        return False
+
+
 def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     """Gelu(x [+ bias]) in x's type; float32 work is done block by block into one buffer: x itself when the
     executor donated it (see registry: ``_donated``), else a fresh one."""
@@ -77,14 +84,14 @@ def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     own = 0 in donated and xf is x and x.flags.writeable and x.flags.c_contiguous
     if bias is not None:
         b = _float_arr(bias, op, bname)
-        if own and b.dtype == _F32 and b.ndim <= x.ndim and np.broadcast_shapes(b.shape, x.shape) == x.shape:
-            src = np.add(x, b, out=x)
+        if (own or xf is not x) and b.dtype == _F32 and b.ndim <= x.ndim and _fits(b.shape, x.shape):
+            src = np.add(xf, b, out=xf)
         else:
             src = _last_dim_bias(xf, b, op, bname)  # fresh: work in place
         dst = src
     else:
         src = xf
-        dst = xf if own else np.empty(xf.shape, dtype=_F32)
+        dst = xf if own or xf is not x else np.empty(xf.shape, dtype=_F32)  # xf is fresh when x was upcast
     fn = _gelu_tanh_into if approx else _gelu_erf_into
     n = src.size
     if n:

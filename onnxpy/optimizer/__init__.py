@@ -90,8 +90,11 @@ def passes_for(level: int, disabled=frozenset()):
     chosen = [p for p in BASIC_PASSES if p.level <= level]
     chosen = chosen[:-1] + BASIC_FUSIONS + MISC_PASSES + chosen[-1:]
     if level >= 2:
+        # Gelu/BiasGelu first: MatMulScaleFusion would otherwise fold Gelu's "* 0.5" into the next MatMul;
         # attention fusion must see the MatMul scales before MatMulScaleFusion folds them
-        chosen = chosen[:-1] + QDQ_PASSES + TRANSFORMER_PASSES + [p for p in FUSION_PASSES if p.level <= level] \
+        gelu = [p for p in FUSION_PASSES if p.name in ("GeluFusion", "BiasGeluFusion")]
+        rest = [p for p in FUSION_PASSES if p not in gelu and p.level <= level]
+        chosen = chosen[:-1] + QDQ_PASSES + gelu + TRANSFORMER_PASSES + rest \
             + [p for p in SPEED_PASSES if p.level <= level] + chosen[-1:]
     return [p for p in chosen if p.name not in disabled]
 
