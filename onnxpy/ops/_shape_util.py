@@ -25,6 +25,19 @@ def to_ints(v, what: str = "value") -> list[int]:
     return [int(v)]
 
 
+def frozen(a) -> bool:
+    """True when ``a`` is a read-only ndarray whose memory no writeable array owns (a constant: its content can
+    not change behind our back), so results derived from it may be cached keyed by its identity."""
+    if type(a) is not np.ndarray or a.flags.writeable:
+        return False
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+        if root.flags.writeable:
+            return False
+    return True
+
+
 def scalar_int(v, what: str = "value") -> int:
     """A scalar (or one-element) input as a Python int."""
     if isinstance(v, np.ndarray):

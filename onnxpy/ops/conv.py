@@ -288,9 +288,68 @@ def _add_bias(out, B, M, op):
     return out
 
 
+def _conv1d_small(X, W, B, pads, strides):
+    """Fast path: float32/float64 1-D convolution, group 1, no dilation, explicit non-negative pads.
+
+    Builds the (N, C, K, O) column buffer with a short loop over min(K, O) slice copies (no strided-view
+    machinery), then one GEMM.  Returns None when the case is not covered (the caller runs the generic path).
+    """
+    N, C, L = X.shape
+    M, Cw, K = W.shape
+    if C != Cw or K == 0 or C == 0 or N == 0 or M == 0:
+        return None
+    if pads is None or len(pads) == 0:
+        p0 = p1 = 0
+    elif len(pads) == 2:
+        p0, p1 = int(pads[0]), int(pads[1])
+        if p0 < 0 or p1 < 0:
+            return None
+    else:
+        return None
+    s = 1 if not strides else int(strides[0])
+    if s < 1:
+        return None
+    Lp = L + p0 + p1
+    if Lp < K:
+        return None
+    O = (Lp - K) // s + 1
+    if B is not None and (not isinstance(B, np.ndarray) or B.size != M or B.dtype != X.dtype):
+        return None
+    if p0 or p1:
+        xp = np.zeros((N, C, Lp), dtype=X.dtype)
+        xp[:, :, p0:p0 + L] = X
+    else:
+        xp = X
+    if K == 1 and s == 1:
+        cols = xp
+    else:
+        cols = np.empty((N, C, K, O), dtype=X.dtype)
+        if K <= O:
+            span = (O - 1) * s + 1
+            for k in range(K):
+                cols[:, :, k, :] = xp[:, :, k:k + span:s]
+        else:
+            for o in range(O):
+                cols[:, :, :, o] = xp[:, :, o * s:o * s + K]
+        cols = cols.reshape(N, C * K, O)
+    out = np.matmul(W.reshape(M, C * K), cols)
+    if B is not None:
+        out += B.reshape(M, 1)
+    return out
+
+
 @kernel("Conv", since=(1, 11, 22))
 def conv(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     op = "Conv"
+    if (group == 1 and type(X) is np.ndarray and type(W) is np.ndarray and X.ndim == 3 and W.ndim == 3
+            and (X.dtype == np.float32 or X.dtype == np.float64) and W.dtype == X.dtype
+            and (auto_pad == "NOTSET" or auto_pad == "VALID" and not pads)
+            and (not dilations or (len(dilations) == 1 and dilations[0] == 1))
+            and (not kernel_shape or (len(kernel_shape) == 1 and kernel_shape[0] == W.shape[2]))
+            and (not strides or len(strides) == 1)):
+        out = _conv1d_small(X, W, B, pads, strides)
+        if out is not None:
+            return out
     n, ks, st, dl = _prepare(X, W, op, kernel_shape, strides, dilations)
     if X.dtype.kind != "f" and str(X.dtype) != "bfloat16":
         raise TypeError(f"{op}: unsupported input type {X.dtype}")

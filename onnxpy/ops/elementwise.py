@@ -308,21 +308,26 @@ def clip_6(x, *, min=-_FLT_MAX, max=_FLT_MAX):  # noqa: A002 - ONNX attribute na
     return x
 
 
+def _clip_bound(v, name):
+    if v.size != 1:
+        raise ValueError(f"Clip '{name}' must be a scalar tensor, got shape {v.shape}")
+    return v.reshape(())
+
+
 @kernel("Clip", (11, 12, 13))
-def clip_11(x, min=None, max=None):  # noqa: A002 - ONNX input names
-    if min is not None:
-        if min.size != 1:
-            raise ValueError(f"Clip 'min' must be a scalar tensor, got shape {min.shape}")
-        x = np.maximum(x, min.reshape(()))
-        if max is not None:
-            if max.size != 1:
-                raise ValueError(f"Clip 'max' must be a scalar tensor, got shape {max.shape}")
-            return np.minimum(x, max.reshape(()))
-        return x
-    if max is not None:
-        if max.size != 1:
-            raise ValueError(f"Clip 'max' must be a scalar tensor, got shape {max.shape}")
-        return np.minimum(x, max.reshape(()))
+def clip_11(x, min=None, max=None, *, _donated=()):  # noqa: A002 - ONNX input names
+    lo = None if min is None else _clip_bound(min, "min")
+    hi = None if max is None else _clip_bound(max, "max")
+    out = x if _donated and 0 in _donated and x.ndim else None
+    if lo is not None and hi is not None:
+        if lo.dtype == x.dtype and hi.dtype == x.dtype:
+            # one pass: min(max(x, lo), hi), NaN propagates, lo > hi gives hi (as the spec says)
+            return np.clip(x, lo, hi, out=out)
+        return np.minimum(np.maximum(x, lo), hi)
+    if lo is not None:
+        return np.maximum(x, lo, out=out if lo.dtype == x.dtype else None)
+    if hi is not None:
+        return np.minimum(x, hi, out=out if hi.dtype == x.dtype else None)
     return x
 
 

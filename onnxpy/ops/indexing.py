@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import norm_axes, norm_axis, norm_indices, to_ints
+from ._shape_util import frozen, norm_axes, norm_axis, norm_indices, to_ints
 from .registry import kernel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -13,6 +13,10 @@ from .registry import kernel
 
 
 def _slice(x, starts, ends, axes, steps):
+    return x[_slice_index(x, starts, ends, axes, steps)]
+
+
+def _slice_index(x, starts, ends, axes, steps):
     r = x.ndim
     n = len(starts)
     if len(ends) != n:
@@ -44,7 +48,7 @@ def _slice(x, starts, ends, axes, steps):
             s = min(max(s, 0), dim - 1)
             e = min(max(e, -1), dim - 1)
             idx[a] = slice(s, e if e >= 0 else None, st)
-    return x[tuple(idx)]
+    return tuple(idx)
 
 
 @kernel("Slice", since=1)
@@ -54,15 +58,46 @@ def slice_1(data, *, starts=None, ends=None, axes=None):
     return _slice(data, list(starts), list(ends), None if axes is None else list(axes), None)
 
 
+# Parsed index tuples of Slice nodes whose starts/ends/axes/steps are constants, keyed by the identities of those
+# arrays and the data shape; entries hold the arrays themselves so the identities stay valid.  Results of slicing
+# constant data are cached too (read-only views).
+_SLICE_CACHE: dict = {}
+_SLICE_OUT_CACHE: dict = {}
+_CACHE_MAX = 4096
+
+
 @kernel("Slice", since=10)
 def slice_10(data, starts, ends, axes=None, steps=None):
-    return _slice(
-        data,
-        to_ints(starts, "starts"),
-        to_ints(ends, "ends"),
-        None if axes is None else to_ints(axes, "axes"),
-        None if steps is None else to_ints(steps, "steps"),
-    )
+    key = (id(starts), id(ends), id(axes), id(steps), data.shape)
+    ent = _SLICE_CACHE.get(key)
+    if ent is not None and ent[0] is starts and ent[1] is ends and ent[2] is axes and ent[3] is steps:
+        idx = ent[4]
+    else:
+        idx = _slice_index(
+            data,
+            to_ints(starts, "starts"),
+            to_ints(ends, "ends"),
+            None if axes is None else to_ints(axes, "axes"),
+            None if steps is None else to_ints(steps, "steps"),
+        )
+        if frozen(starts) and frozen(ends) and (axes is None or frozen(axes)) and (steps is None or frozen(steps)):
+            if len(_SLICE_CACHE) >= _CACHE_MAX:
+                _SLICE_CACHE.clear()
+            _SLICE_CACHE[key] = (starts, ends, axes, steps, idx)
+        else:
+            return data[idx]
+    if not data.flags.writeable:
+        okey = (id(data), key)
+        hit = _SLICE_OUT_CACHE.get(okey)
+        if hit is not None and hit[0] is data:
+            return hit[1]
+        out = data[idx]
+        if frozen(data):
+            if len(_SLICE_OUT_CACHE) >= _CACHE_MAX:
+                _SLICE_OUT_CACHE.clear()
+            _SLICE_OUT_CACHE[okey] = (data, out)
+        return out
+    return data[idx]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ and reuse their temporaries to keep allocations down (LayerNorm runs in every tr
 
 from __future__ import annotations
 
+import weakref
+
 import ml_dtypes
 import numpy as np
 
@@ -248,7 +250,39 @@ def _param_shape(x, spatial):
     return tuple(x.shape[1:])
 
 
-def _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, op="BatchNormalization"):
+_BN_CACHE: dict = {}
+_BN_CACHE_MAX = 4096
+
+
+def _bn_affine(ps, pshape, cd, epsilon):
+    """Test-mode BatchNormalization as ``x * k + c``: ``k = scale / sqrt(var + eps)``, ``c = B - mean * k``.
+
+    When all four parameters are read-only arrays (initializers, cached constants) the pair is cached by their
+    identity (checked through weak references, so a reused id never hits a stale entry)."""
+    key = None
+    if not any(p.flags.writeable for p in ps):
+        key = (id(ps[0]), id(ps[1]), id(ps[2]), id(ps[3]), float(epsilon), cd, pshape)
+        hit = _BN_CACHE.get(key)
+        if hit is not None and all(r() is p for r, p in zip(hit[0], ps)):
+            return hit[1], hit[2]
+    s, b, m, v = (_cast(p, cd).reshape(pshape) for p in ps)
+    k = s / np.sqrt(v + cd.type(epsilon))
+    c = b - m * k
+    if key is not None:
+        try:
+            refs = tuple(weakref.ref(p) for p in ps)
+        except TypeError:
+            return k, c
+        if len(_BN_CACHE) >= _BN_CACHE_MAX:
+            _BN_CACHE.clear()
+        k.flags.writeable = False
+        c.flags.writeable = False
+        _BN_CACHE[key] = (refs, k, c)
+    return k, c
+
+
+def _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, op="BatchNormalization",
+                donated=()):
     x = _float_input(X, op)
     if x.ndim < 2:
         raise ValueError(f"{op}: input must have shape (N, C, ...), got {x.shape}")
@@ -260,14 +294,19 @@ def _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, op
         if p.size != psize:
             raise ValueError(f"{op}: {n} must have {psize} elements for input shape {x.shape}, got shape {p.shape}")
     pshape = _param_shape(x, spatial)
+    if not training:
+        k, c = _bn_affine(ps, pshape, cd, epsilon)
+        if x.dtype == cd:
+            out = x if 0 in donated and x.ndim and x.flags.writeable else None
+            y = np.multiply(x, k, out=out)
+            y += c
+            return y, None
+        y = x.astype(cd) * k
+        y += c
+        return _cast(y, x.dtype), None
     s, b, m, v = (_cast(p, cd).reshape(pshape) for p in ps)
     xc = _cast(x, cd)
     eps = cd.type(epsilon)
-    if not training:
-        k = s / np.sqrt(v + eps)
-        y = xc * k
-        y += b - m * k
-        return _cast(y, x.dtype), None
     axes = (0,) + tuple(range(2, x.ndim)) if spatial else (0,)
     cur_mean = xc.mean(axis=axes, keepdims=True)
     cur_var = xc.var(axis=axes, keepdims=True)
@@ -286,31 +325,33 @@ def _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, op
 
 @kernel("BatchNormalization", since=(1, 6))
 def batch_normalization_1(X, scale, B, mean, var, *, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1,
-                          consumed_inputs=None, _num_outputs=1):
+                          consumed_inputs=None, _num_outputs=1, _donated=()):
     # training statistics only when they are asked for: with Y alone the node runs in test mode
     training = not is_test and _num_outputs > 1
-    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial)
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, training, spatial, donated=_donated)
     return y if stats is None else (y,) + stats
 
 
 @kernel("BatchNormalization", since=7)
-def batch_normalization_7(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, _num_outputs=1):
-    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, spatial)
+def batch_normalization_7(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, _num_outputs=1,
+                          _donated=()):
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, spatial, donated=_donated)
     return y if stats is None else (y,) + stats
 
 
 @kernel("BatchNormalization", since=9)
-def batch_normalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, _num_outputs=1):
-    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, True)
+def batch_normalization_9(X, scale, B, mean, var, *, epsilon=1e-5, momentum=0.9, _num_outputs=1, _donated=()):
+    y, stats = _batch_norm(X, scale, B, mean, var, epsilon, momentum, _num_outputs > 1, True, donated=_donated)
     return y if stats is None else (y,) + stats
 
 
 @kernel("BatchNormalization", since=(14, 15))
 def batch_normalization_14(X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0,
-                           _num_outputs=1):
+                           _num_outputs=1, _donated=()):
     if not training_mode and _num_outputs > 1:
         raise ValueError("BatchNormalization: running_mean/running_var outputs are only valid with training_mode=1")
-    y, stats = _batch_norm(X, scale, B, input_mean, input_var, epsilon, momentum, bool(training_mode), True)
+    y, stats = _batch_norm(X, scale, B, input_mean, input_var, epsilon, momentum, bool(training_mode), True,
+                           donated=_donated)
     return y if stats is None else (y, stats[0], stats[1])
 
 

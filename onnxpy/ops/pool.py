@@ -103,6 +103,45 @@ def _reduce_windows(xp, ks, st, dl, out, how):
     return acc
 
 
+def _tap_range(in_len, k_off, s, pb, o):
+    """Output positions [lo, hi) whose tap at offset ``k_off`` (= tap * dilation) lies inside the input."""
+    # input coordinate of output j: j * s - pb + k_off, wanted in [0, in_len)
+    lo = max(0, ceil_div(pb - k_off, s))
+    hi = min(o, (in_len - 1 + pb - k_off) // s + 1) if in_len - 1 + pb - k_off >= 0 else 0
+    return lo, max(lo, hi)
+
+
+def _reduce_unpadded(x, ks, st, dl, pb, out, how, fill):
+    """max or sum over every pooling window, reading only the taps that fall inside ``x`` (padding taps are the
+    reduction's identity ``fill``, so they are skipped instead of materialised).  One spatial axis at a time."""
+    n = len(ks)
+    acc = x
+    for a in range(n):
+        k, d, o, s, p = ks[a], dl[a], out[a], st[a], pb[a]
+        in_len = acc.shape[2 + a]
+        lead = (slice(None),) * (2 + a)
+        ranges = [_tap_range(in_len, t * d, s, p, o) for t in range(k)]
+        full = next((t for t, (lo, hi) in enumerate(ranges) if lo == 0 and hi == o), None)
+        if full is not None:
+            st0 = -p + full * d
+            red = acc[lead + (slice(st0, st0 + (o - 1) * s + 1, s),)].copy()
+        else:
+            shape = acc.shape[:2 + a] + (o,) + acc.shape[3 + a:]
+            red = np.full(shape, fill, dtype=acc.dtype)
+        for t, (lo, hi) in enumerate(ranges):
+            if t == full or hi <= lo:
+                continue
+            i0 = lo * s - p + t * d
+            src = acc[lead + (slice(i0, i0 + (hi - lo - 1) * s + 1, s),)]
+            dst = red[lead + (slice(lo, hi),)]
+            if how == "max":
+                np.maximum(dst, src, out=dst)
+            else:
+                dst += src
+        acc = red
+    return acc
+
+
 def _axis_counts(in_len, k, s, d, pb, pe, o, include_pad):
     """Per output position, how many kernel taps fall inside the input (or inside input + explicit pads)."""
     starts = np.arange(o) * s - pb
@@ -170,6 +209,8 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
     x = X.astype(np.float32) if str(X.dtype) == "bfloat16" else X
+    if sum(ks) <= _LOOP_LIMIT:
+        return _reduce_unpadded(x, ks, st, dl, pb, out, "max", _min_value(x.dtype)).astype(X.dtype, copy=False)
     xp = _padded(x, ks, st, dl, pb, pe, out, _min_value(x.dtype))
     return _reduce_windows(xp, ks, st, dl, out, "max").astype(X.dtype, copy=False)
 
@@ -188,8 +229,10 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     x = _float_input(X, op)
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
-    xp = _padded(x, ks, st, dl, pb, pe, out, 0)
-    s = _reduce_windows(xp, ks, st, dl, out, "sum")
+    if sum(ks) <= _LOOP_LIMIT:
+        s = _reduce_unpadded(x, ks, st, dl, pb, out, "sum", 0)
+    else:
+        s = _reduce_windows(_padded(x, ks, st, dl, pb, pe, out, 0), ks, st, dl, out, "sum")
     cnt = _counts(X.shape[2:], ks, st, dl, pb, pe, out, bool(count_include_pad), x.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
         s /= cnt

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import broadcast_shape, check_shape, norm_axes, norm_axis, scalar_int, to_ints, zero_of
+from ._shape_util import broadcast_shape, check_shape, frozen, norm_axes, norm_axis, scalar_int, to_ints, zero_of
 from .registry import kernel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -96,7 +96,25 @@ def _concat(inputs, axis):
             raise ValueError(
                 f"Concat: input shapes {[list(t.shape) for t in inputs]} differ outside axis {axis}"
             )
+    if all(type(t) is np.ndarray and not t.flags.writeable for t in inputs):
+        key = (ax,) + tuple(id(t) for t in inputs)
+        hit = _CONCAT_CACHE.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+            return hit[1]
+        out = np.concatenate(inputs, axis=ax)
+        if out.nbytes <= _CONCAT_CACHE_BYTES and all(frozen(t) for t in inputs):
+            out.flags.writeable = False
+            if len(_CONCAT_CACHE) >= 1024:
+                _CONCAT_CACHE.clear()
+            _CONCAT_CACHE[key] = (tuple(inputs), out)
+        return out
     return np.concatenate(inputs, axis=ax)
+
+
+# Concatenations of constants (e.g. LSTM weights re-ordered inside a subgraph the optimizer does not fold), keyed
+# by the identities of the inputs (held by the entry) and returned read-only.
+_CONCAT_CACHE: dict = {}
+_CONCAT_CACHE_BYTES = 1 << 24
 
 
 @kernel("Concat", since=1)
