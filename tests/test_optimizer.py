@@ -186,3 +186,28 @@ def test_layernorm_gelu_fusions(level, tmp_path):
     if level > 0:
         theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
         np.testing.assert_allclose(theirs.run(None, feed)[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_constants_folded_inside_subgraphs(tmp_path):
+    """Work on outer-scope constants inside an If branch is folded into the branch (as exporters emit for LSTMs)."""
+    W = numpy_helper.from_array(np.arange(8, dtype=np.float32), "W")
+    starts = numpy_helper.from_array(np.array([2], np.int64), "starts")
+    ends = numpy_helper.from_array(np.array([6], np.int64), "ends")
+    then = helper.make_graph([helper.make_node("Slice", ["W", "starts", "ends"], ["ws"]),
+                              helper.make_node("Add", ["X", "ws"], ["o"])], "then", [],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, [4])])
+    els = helper.make_graph([helper.make_node("Neg", ["X"], ["o2"])], "else", [],
+                            [helper.make_tensor_value_info("o2", TensorProto.FLOAT, [4])])
+    model = _model([helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=els)],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4]),
+                    helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])], [W, starts, ends])
+    sess, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path)
+    then_saved = next(a.g for a in saved.graph.node[0].attribute if a.name == "then_branch")
+    assert [n.op_type for n in then_saved.node] == ["Add"]
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"X": x, "c": np.array(True)})[0], x + [2, 3, 4, 5])
+    np.testing.assert_array_equal(sess.run(None, {"X": x, "c": np.array(False)})[0], -x)
+    ortref = pytest.importorskip("onnxruntime")
+    theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(theirs.run(None, {"X": x, "c": np.array(True)})[0], x + [2, 3, 4, 5])

@@ -118,6 +118,9 @@ def optimize(model: Model, options, kwargs=None) -> Model:
                 changed += n
             if not changed:
                 break
+        inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]
+        if inner:
+            _optimize_subgraphs(model.graph, inner, ctx, {})
         model.applied_passes = dict(ctx.applied)
     path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
     if path:
@@ -127,6 +130,46 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         ext_name = options._config.get("session.optimized_model_external_initializers_file_name")
         save_model(model, path, int(min_size) if min_size else (1024 if ext_name else None), ext_name)
     return model
+
+
+SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination")
+HOIST_LIMIT = 1 << 20  # bytes: outer-scope constants up to this size are copied into a subgraph for folding
+
+
+def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
+    """Fold constants inside If/Loop/Scan bodies too.
+
+    Outer-scope constants a body reads (up to HOIST_LIMIT bytes each) become initializers of the body, so work on
+    them (e.g. exporters re-ordering LSTM weights inside If branches) is folded once instead of run every time.
+    """
+    inputs = {v.name for v in g.inputs}
+    consts = dict(outer_consts)
+    consts.update({k: v for k, v in g.initializers.items() if k not in inputs})
+    for n in g.nodes:
+        for v in n.attrs.values():
+            subs = [v] if isinstance(v, Graph) else (v if isinstance(v, list) and v and isinstance(v[0], Graph) else [])
+            for sub in subs:
+                from ..execution.plan import graph_free_names
+
+                for name in graph_free_names(sub):
+                    val = consts.get(name)
+                    if val is not None and getattr(val, "nbytes", HOIST_LIMIT + 1) <= HOIST_LIMIT:
+                        sub.initializers[name] = val
+                saved = ctx.protected
+                ctx.protected = {o.name for o in sub.outputs}
+                try:
+                    for _ in range(MAX_ROUNDS):
+                        changed = 0
+                        for p in passes:
+                            k = p.apply(sub, ctx)
+                            if k:
+                                ctx.applied[p.name] = ctx.applied.get(p.name, 0) + k
+                            changed += k
+                        if not changed:
+                            break
+                finally:
+                    ctx.protected = saved
+                _optimize_subgraphs(sub, passes, ctx, consts)
 
 
 def _copy_graph(g: Graph) -> Graph:
