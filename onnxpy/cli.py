@@ -124,7 +124,31 @@ def cmd_info(args) -> int:
     for (dom, op), c in sorted(counts.items()):
         print(f"  {dom}:{op} x{c}")
     params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
-    print(f"parameters: {params}")
+    from . import dtypes
+    from .ops import load_all, registry
+
+    size = 0
+    for t in model.graph.initializer:
+        try:
+            size += int(np.prod(t.dims)) * dtypes.to_numpy(t.data_type).itemsize
+        except TypeError:
+            pass
+    print(f"parameters: {params} ({size / 2**20:.2f} MiB)")
+    load_all()
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    missing = []
+    for dom, op in sorted({(k[0] if k[0] != "ai.onnx" else "", k[1]) for k in counts}):
+        version = opsets.get(dom, 1)
+        if registry.lookup(dom, op, version) is None:
+            try:
+                schema = onnx.defs.get_schema(op, version, dom)
+                if schema.has_function or schema.has_context_dependent_function:
+                    continue  # expanded from the schema's function body
+            except Exception:  # noqa: BLE001 - no schema: unsupported
+                pass
+            if (dom, op) not in {(f.domain, f.name) for f in model.functions}:
+                missing.append(f"{dom or 'ai.onnx'}:{op}({version})")
+    print("unsupported ops: " + (", ".join(missing) if missing else "none"))
     try:
         sess = InferenceSession(args.model)
     except Exception as e:  # noqa: BLE001 - reported to the user

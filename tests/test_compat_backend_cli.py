@@ -64,7 +64,8 @@ def test_cli_run_model_with_inputs(tmp_path, add_model_bytes, capsys):
                      "--output-dir", str(tmp_path / "out")]) == 0
     assert np.load(tmp_path / "out" / "Z.npy").shape == (2, 3)
     assert cli.main(["info", str(p)]) == 0
-    assert "ai.onnx:Add x1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ai.onnx:Add x1" in out and "unsupported ops: none" in out and "parameters: 0 (0.00 MiB)" in out
 
 
 def test_cli_help_exit_codes():
@@ -109,3 +110,17 @@ def test_cli_optimize(tmp_path, capsys):
     feed = {"image": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     np.testing.assert_allclose(onnxpy.InferenceSession(str(dst)).run(None, feed)[0],
                                onnxpy.InferenceSession(str(src)).run(None, feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_cli_info_names_unsupported_ops(tmp_path, capsys):
+    import onnx
+
+    g = helper.make_graph([helper.make_node("Foo", ["X"], ["Y"], domain="x.y")], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1])])
+    p = tmp_path / "foo.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("x.y", 1)]),
+              str(p))
+    assert cli.main(["info", str(p)]) == 1
+    out = capsys.readouterr().out
+    assert "unsupported ops: x.y:Foo(1)" in out and "cannot create a session" in out
