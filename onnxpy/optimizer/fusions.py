@@ -98,6 +98,42 @@ class AnchoredFusion(Pass):
         raise NotImplementedError
 
 
+class SweepPass(Pass):
+    """A rewrite tried at every node of the ``anchors`` op types (ONNX domain unless ``wants`` says otherwise).
+
+    ``rewrite`` changes the graph in place and returns True when it did; nodes removed earlier in the sweep are
+    skipped and the matcher is rebuilt after each rewrite.  ``begin`` computes per-sweep data once (kept as
+    ``m.sweep``, e.g. element types) before the first node is tried.
+    """
+
+    anchors: tuple = ()
+
+    def wants(self, node) -> bool:
+        return node.op_type in self.anchors and node.domain in ("", "ai.onnx")
+
+    def begin(self, g, ctx):
+        return None
+
+    def apply(self, g, ctx):
+        state = self.begin(g, ctx)
+        m = _Matcher(g, ctx)
+        m.sweep = state
+        done = 0
+        live = None  # ids of the nodes still in the graph, once a rewrite has run
+        for node in list(g.nodes):
+            if not self.wants(node) or (live is not None and id(node) not in live):
+                continue
+            if self.rewrite(node, m, g, ctx):
+                done += 1
+                m = _Matcher(g, ctx)
+                m.sweep = state
+                live = {id(n) for n in g.nodes}
+        return done
+
+    def rewrite(self, node, m: _Matcher, g, ctx) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
 class LayerNormFusion(AnchoredFusion):
     name = "LayerNormFusion"
     level = 1
@@ -262,4 +298,4 @@ class MatMulAddFusion(AnchoredFusion):
 FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
-__all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "np"]
+__all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "SweepPass", "np"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir.model import Node
-from .fusions import _is, _Matcher
+from .fusions import SweepPass, _is
 from .graph_utils import consumers, graph_output_names, rename_uses, subgraphs
 from .passes import NONDETERMINISTIC, Pass
 
@@ -146,238 +146,192 @@ def _is_ms_or_onnx(n):
 
 
 # --------------------------------------------------------------------------------------------------- Transpose
-class TransposeOptimizer(Pass):
+class TransposeOptimizer(SweepPass):
     name = "TransposeOptimizer"
     level = 1
+    anchors = ("Transpose",)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for t2 in list(g.nodes):
-            if t2 not in g.nodes or not _is(t2, "Transpose") or "perm" not in t2.attrs:
-                continue
-            p2 = list(t2.attrs["perm"])
-            mid = m.producer(t2.inputs[0])
-            if _is(mid, "Transpose") and "perm" in mid.attrs:
-                p1 = list(mid.attrs["perm"])
-                if len(p1) != len(p2):
-                    continue
-                comp = [p1[i] for i in p2]  # out[i] = x[p1[p2[i]]]
-                if comp == list(range(len(comp))):
-                    if _bypass(g, m, t2, mid.inputs[0]):
-                        done += 1
-                        m = _Matcher(g, ctx)
-                elif m.single_use(mid.outputs[0]):
-                    t2.inputs = [mid.inputs[0]]
-                    t2.attrs = dict(t2.attrs, perm=comp)
-                    g.nodes.remove(mid)
-                    done += 1
-                    m = _Matcher(g, ctx)
-                continue
-            # Transpose -> unary elementwise -> inverse Transpose
-            if mid is None or mid.op_type not in _UNARY_ELEMENTWISE or not _is_ms_or_onnx(mid) \
-                    or len(mid.inputs) != 1 or len(mid.outputs) != 1 or not m.single_use(mid.outputs[0]):
-                continue
-            t1 = m.producer(mid.inputs[0])
-            if not _is(t1, "Transpose") or "perm" not in t1.attrs or not m.single_use(t1.outputs[0]):
-                continue
-            p1 = list(t1.attrs["perm"])
-            if len(p1) != len(p2) or [p1[i] for i in p2] != list(range(len(p2))):
-                continue
-            new = Node(mid.op_type, mid.domain, [t1.inputs[0]], [t2.outputs[0]], dict(mid.attrs), mid.name)
-            g.nodes[g.nodes.index(t2)] = new
-            g.nodes.remove(mid)
-            g.nodes.remove(t1)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    def rewrite(self, t2, m, g, ctx):
+        if "perm" not in t2.attrs:
+            return False
+        p2 = list(t2.attrs["perm"])
+        mid = m.producer(t2.inputs[0])
+        if _is(mid, "Transpose") and "perm" in mid.attrs:
+            p1 = list(mid.attrs["perm"])
+            if len(p1) != len(p2):
+                return False
+            comp = [p1[i] for i in p2]  # out[i] = x[p1[p2[i]]]
+            if comp == list(range(len(comp))):
+                return _bypass(g, m, t2, mid.inputs[0])
+            if m.single_use(mid.outputs[0]):
+                t2.inputs = [mid.inputs[0]]
+                t2.attrs = dict(t2.attrs, perm=comp)
+                g.nodes.remove(mid)
+                return True
+            return False
+        # Transpose -> unary elementwise -> inverse Transpose
+        if mid is None or mid.op_type not in _UNARY_ELEMENTWISE or not _is_ms_or_onnx(mid) \
+                or len(mid.inputs) != 1 or len(mid.outputs) != 1 or not m.single_use(mid.outputs[0]):
+            return False
+        t1 = m.producer(mid.inputs[0])
+        if not _is(t1, "Transpose") or "perm" not in t1.attrs or not m.single_use(t1.outputs[0]):
+            return False
+        p1 = list(t1.attrs["perm"])
+        if len(p1) != len(p2) or [p1[i] for i in p2] != list(range(len(p2))):
+            return False
+        new = Node(mid.op_type, mid.domain, [t1.inputs[0]], [t2.outputs[0]], dict(mid.attrs), mid.name)
+        g.nodes[g.nodes.index(t2)] = new
+        g.nodes.remove(mid)
+        g.nodes.remove(t1)
+        return True
 
 
 # ----------------------------------------------------------------------------------------------------- Reshape
-class ReshapeFusion(Pass):
+class ReshapeFusion(SweepPass):
     name = "ReshapeFusion"
     level = 1
+    anchors = ("Reshape",)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for r2 in list(g.nodes):
-            if not _is(r2, "Reshape") or len(r2.inputs) < 2:
-                continue
-            shape = _ints(g, r2.inputs[1])
-            if shape is None:
-                continue
-            r1 = m.producer(r2.inputs[0])
-            if _is(r1, "Reshape") and m.single_use(r1.outputs[0]):
-                allow0 = r2.attrs.get("allowzero", 0)
-                if 0 in shape and not allow0:
-                    continue  # a 0 copies a dim of the intermediate, not of x
-                r2.inputs = [r1.inputs[0], r2.inputs[1]]
-                g.nodes.remove(r1)
-                done += 1
-                m = _Matcher(g, ctx)
-                continue
-            # Reshape to the static shape x already has -> removed
-            xs = static_shape(ctx, g, r2.inputs[0])
-            if xs is not None and len(shape) == len(xs) and all(a == b for a, b in zip(shape, xs)) \
-                    and (0 not in shape or r2.attrs.get("allowzero", 0)):
-                if _bypass(g, m, r2, r2.inputs[0]):
-                    done += 1
-                    m = _Matcher(g, ctx)
-        return done
+    def rewrite(self, r2, m, g, ctx):
+        if len(r2.inputs) < 2:
+            return False
+        shape = _ints(g, r2.inputs[1])
+        if shape is None:
+            return False
+        r1 = m.producer(r2.inputs[0])
+        if _is(r1, "Reshape") and m.single_use(r1.outputs[0]):
+            allow0 = r2.attrs.get("allowzero", 0)
+            if 0 in shape and not allow0:
+                return False  # a 0 copies a dim of the intermediate, not of x
+            r2.inputs = [r1.inputs[0], r2.inputs[1]]
+            g.nodes.remove(r1)
+            return True
+        # Reshape to the static shape x already has -> removed
+        xs = static_shape(ctx, g, r2.inputs[0])
+        return xs is not None and len(shape) == len(xs) and all(a == b for a, b in zip(shape, xs)) \
+            and (0 not in shape or r2.attrs.get("allowzero", 0)) and _bypass(g, m, r2, r2.inputs[0])
 
 
 # ------------------------------------------------------------------------------------------ Squeeze/Unsqueeze
-class UnsqueezeElimination(Pass):
+class UnsqueezeElimination(SweepPass):
     name = "UnsqueezeElimination"
     level = 1
+    anchors = ("Squeeze", "Unsqueeze")
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for n2 in list(g.nodes):
-            if not (_is(n2, "Squeeze") or _is(n2, "Unsqueeze")):
-                continue
-            inner = "Unsqueeze" if n2.op_type == "Squeeze" else "Squeeze"
-            n1 = m.producer(n2.inputs[0])
-            if not _is(n1, inner) or not m.single_use(n1.outputs[0]):
-                continue
-            a1, a2 = _attr_or_input_ints(g, n1, "axes", 1), _attr_or_input_ints(g, n2, "axes", 1)
-            if not a1 or not a2:
-                continue
-            if any(a < 0 for a in a1 + a2):
-                dims = declared_dims(ctx, g, n1.inputs[0])
-                if dims is None:
-                    continue
-                r = len(dims) + (len(a1) if inner == "Unsqueeze" else 0)
-                a1 = [a + r if a < 0 else a for a in a1]
-                a2 = [a + r if a < 0 else a for a in a2]
-            if sorted(a1) != sorted(a2):
-                continue
-            if _bypass(g, m, n2, n1.inputs[0]):
-                done += 1
-                m = _Matcher(g, ctx)
-        return done
+    def rewrite(self, n2, m, g, ctx):
+        inner = "Unsqueeze" if n2.op_type == "Squeeze" else "Squeeze"
+        n1 = m.producer(n2.inputs[0])
+        if not _is(n1, inner) or not m.single_use(n1.outputs[0]):
+            return False
+        a1, a2 = _attr_or_input_ints(g, n1, "axes", 1), _attr_or_input_ints(g, n2, "axes", 1)
+        if not a1 or not a2:
+            return False
+        if any(a < 0 for a in a1 + a2):
+            dims = declared_dims(ctx, g, n1.inputs[0])
+            if dims is None:
+                return False
+            r = len(dims) + (len(a1) if inner == "Unsqueeze" else 0)
+            a1 = [a + r if a < 0 else a for a in a1]
+            a2 = [a + r if a < 0 else a for a in a2]
+        return sorted(a1) == sorted(a2) and _bypass(g, m, n2, n1.inputs[0])
 
 
 # ------------------------------------------------------------------------------------------- no-op eliminations
-class CastElimination(Pass):
+class CastElimination(SweepPass):
     name = "CastElimination"
     level = 1
+    anchors = ("Cast",)
 
-    def apply(self, g, ctx):
-        done = 0
-        types = elem_types(g)
-        m = _Matcher(g, ctx)
-        for n in list(g.nodes):
-            if not _is(n, "Cast") or not isinstance(n.attrs.get("to"), int):
-                continue
-            src = n.inputs[0]
-            # the input's type must come from a declaration, not from this Cast
-            if types.get(src) == n.attrs["to"] and _bypass(g, m, n, src):
-                done += 1
-                m = _Matcher(g, ctx)
-        return done
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, n, m, g, ctx):
+        if not isinstance(n.attrs.get("to"), int):
+            return False
+        src = n.inputs[0]
+        # the input's type must come from a declaration, not from this Cast
+        return m.sweep.get(src) == n.attrs["to"] and _bypass(g, m, n, src)
 
 
-class ExpandElimination(Pass):
+class ExpandElimination(SweepPass):
     name = "ExpandElimination"
     level = 1
+    anchors = ("Expand",)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for n in list(g.nodes):
-            if not _is(n, "Expand") or len(n.inputs) < 2:
-                continue
-            shape = _ints(g, n.inputs[1])
-            xs = declared_dims(ctx, g, n.inputs[0])
-            if shape is None or xs is None or len(shape) > len(xs):
-                continue
-            # result dims = broadcast(xs, shape): equal to xs when every shape entry is 1 or equals that dim
-            ok = all(s == 1 or (isinstance(d, int) and s == d) for s, d in zip(shape[::-1], xs[::-1]))
-            if ok and _bypass(g, m, n, n.inputs[0]):
-                done += 1
-                m = _Matcher(g, ctx)
-        return done
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) < 2:
+            return False
+        shape = _ints(g, n.inputs[1])
+        xs = declared_dims(ctx, g, n.inputs[0])
+        if shape is None or xs is None or len(shape) > len(xs):
+            return False
+        # result dims = broadcast(xs, shape): equal to xs when every shape entry is 1 or equals that dim
+        ok = all(s == 1 or (isinstance(d, int) and s == d) for s, d in zip(shape[::-1], xs[::-1]))
+        return ok and _bypass(g, m, n, n.inputs[0])
 
 
-class EliminateSlice(Pass):
+class EliminateSlice(SweepPass):
     name = "EliminateSlice"
     level = 1
+    anchors = ("Slice",)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
+    def rewrite(self, n, m, g, ctx):
         big = (1 << 31) - 1
-        for n in list(g.nodes):
-            if not _is(n, "Slice"):
+        if "starts" in n.attrs:
+            starts, ends = list(n.attrs["starts"]), list(n.attrs["ends"])
+            axes, steps = n.attrs.get("axes"), None
+        else:
+            starts, ends = _ints(g, n.inputs[1]), _ints(g, n.inputs[2])
+            axes = _ints(g, n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] else None
+            steps = _ints(g, n.inputs[4]) if len(n.inputs) > 4 and n.inputs[4] else None
+            if (len(n.inputs) > 3 and n.inputs[3] and axes is None) or \
+                    (len(n.inputs) > 4 and n.inputs[4] and steps is None):
+                return False
+        if starts is None or ends is None:
+            return False
+        if steps is not None and any(s != 1 for s in steps):
+            return False
+        dims = declared_dims(ctx, g, n.inputs[0])
+        axes = list(axes) if axes is not None else list(range(len(starts)))
+        for s, e, a in zip(starts, ends, axes):
+            if s != 0:
+                return False
+            if e >= big:
                 continue
-            if "starts" in n.attrs:
-                starts, ends = list(n.attrs["starts"]), list(n.attrs["ends"])
-                axes, steps = n.attrs.get("axes"), None
-            else:
-                starts, ends = _ints(g, n.inputs[1]), _ints(g, n.inputs[2])
-                axes = _ints(g, n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] else None
-                steps = _ints(g, n.inputs[4]) if len(n.inputs) > 4 and n.inputs[4] else None
-                if (len(n.inputs) > 3 and n.inputs[3] and axes is None) or \
-                        (len(n.inputs) > 4 and n.inputs[4] and steps is None):
-                    continue
-            if starts is None or ends is None:
-                continue
-            if steps is not None and any(s != 1 for s in steps):
-                continue
-            dims = declared_dims(ctx, g, n.inputs[0])
-            axes = list(axes) if axes is not None else list(range(len(starts)))
-            ok = True
-            for s, e, a in zip(starts, ends, axes):
-                if s != 0:
-                    ok = False
-                    break
-                if e >= big:
-                    continue
-                if dims is None:
-                    ok = False
-                    break
-                d = dims[a] if -len(dims) <= a < len(dims) else None
-                if not (isinstance(d, int) and e >= d):
-                    ok = False
-                    break
-            if ok and _bypass(g, m, n, n.inputs[0]):
-                done += 1
-                m = _Matcher(g, ctx)
-        return done
+            if dims is None:
+                return False
+            d = dims[a] if -len(dims) <= a < len(dims) else None
+            if not (isinstance(d, int) and e >= d):
+                return False
+        return _bypass(g, m, n, n.inputs[0])
 
 
-class NoopElimination(Pass):
+class NoopElimination(SweepPass):
     name = "NoopElimination"
     level = 1
     _NEUTRAL = {"Add": (0.0, True), "Sub": (0.0, False), "Mul": (1.0, True), "Div": (1.0, False)}
+    anchors = tuple(_NEUTRAL)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for n in list(g.nodes):
-            if not _is_ms_or_onnx(n) or n.op_type not in self._NEUTRAL or len(n.inputs) != 2:
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        neutral, commutes = self._NEUTRAL[n.op_type]
+        for ci in ((1, 0) if commutes else (1,)):
+            c = _const(g, n.inputs[ci])
+            x = n.inputs[1 - ci]
+            if c is None or c.size != 1 or c.dtype.kind not in "fiu" or float(c.reshape(-1)[0]) != neutral:
                 continue
-            neutral, commutes = self._NEUTRAL[n.op_type]
-            for ci in ((1, 0) if commutes else (1,)):
-                c = _const(g, n.inputs[ci])
-                x = n.inputs[1 - ci]
-                if c is None or c.size != 1 or c.dtype.kind not in "fiu" or float(c.reshape(-1)[0]) != neutral:
-                    continue
-                xt = types.get(x)
-                if xt is None or xt != dtypes.from_numpy(c.dtype):
-                    continue
-                dims = declared_dims(ctx, g, x)
-                if c.ndim > 0 and (dims is None or len(dims) < c.ndim):
-                    continue
-                if _bypass(g, m, n, x):
-                    done += 1
-                    m = _Matcher(g, ctx)
-                break
-        return done
+            xt = m.sweep.get(x)
+            if xt is None or xt != dtypes.from_numpy(c.dtype):
+                continue
+            dims = declared_dims(ctx, g, x)
+            if c.ndim > 0 and (dims is None or len(dims) < c.ndim):
+                continue
+            return _bypass(g, m, n, x)
+        return False
 
 
 # --------------------------------------------------------------------------------------------------------- CSE
@@ -434,45 +388,41 @@ class CommonSubexpressionElimination(Pass):
 
 
 # ---------------------------------------------------------------------------------------------------- Relu+Clip
-class FuseReluClip(Pass):
+class FuseReluClip(SweepPass):
     name = "FuseReluClip"
     level = 1
+    anchors = ("Clip",)
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for clip in list(g.nodes):
-            if not _is(clip, "Clip"):
-                continue
-            relu = m.producer(clip.inputs[0])
-            if not _is(relu, "Relu") or not m.single_use(relu.outputs[0]):
-                continue
-            if not self._new_style(ctx):
-                lo = float(clip.attrs.get("min", -3.4028234663852886e38))
-                clip.attrs = dict(clip.attrs, min=max(0.0, lo))
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, clip, m, g, ctx):
+        relu = m.producer(clip.inputs[0])
+        if not _is(relu, "Relu") or not m.single_use(relu.outputs[0]):
+            return False
+        if not self._new_style(ctx):
+            lo = float(clip.attrs.get("min", -3.4028234663852886e38))
+            clip.attrs = dict(clip.attrs, min=max(0.0, lo))
+        else:
+            mn = clip.inputs[1] if len(clip.inputs) > 1 else ""
+            if mn:
+                c = _const(g, mn)
+                if c is None or c.size != 1:
+                    return False
+                val = np.maximum(c, np.zeros((), c.dtype)).astype(c.dtype)
             else:
-                mn = clip.inputs[1] if len(clip.inputs) > 1 else ""
-                if mn:
-                    c = _const(g, mn)
-                    if c is None or c.size != 1:
-                        continue
-                    val = np.maximum(c, np.zeros((), c.dtype)).astype(c.dtype)
-                else:
-                    t = types.get(clip.inputs[0]) or types.get(relu.inputs[0])
-                    if t is None:
-                        continue
-                    val = np.zeros((), dtypes.to_numpy(t))
-                name = ctx.fresh((mn or clip.outputs[0]) + "_relu_min")
-                g.initializers[name] = val
-                ins = list(clip.inputs) + [""] * (3 - len(clip.inputs))
-                ins[1] = name
-                clip.inputs = ins if ins[2] else ins[:2]
-            clip.inputs = [relu.inputs[0]] + clip.inputs[1:]
-            g.nodes.remove(relu)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+                t = m.sweep.get(clip.inputs[0]) or m.sweep.get(relu.inputs[0])
+                if t is None:
+                    return False
+                val = np.zeros((), dtypes.to_numpy(t))
+            name = ctx.fresh((mn or clip.outputs[0]) + "_relu_min")
+            g.initializers[name] = val
+            ins = list(clip.inputs) + [""] * (3 - len(clip.inputs))
+            ins[1] = name
+            clip.inputs = ins if ins[2] else ins[:2]
+        clip.inputs = [relu.inputs[0]] + clip.inputs[1:]
+        g.nodes.remove(relu)
+        return True
 
     @staticmethod
     def _new_style(ctx):
@@ -492,48 +442,46 @@ def _per_channel(c, out_rank, channels):
     return c.reshape(-1)
 
 
-class _ConvConst(Pass):
+class _ConvConst(SweepPass):
     op = "Add"
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for n in list(g.nodes):
-            if not _is(n, self.op) or len(n.inputs) != 2:
-                continue
-            conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
-            if conv is None or not m.single_use(conv.outputs[0]):
-                continue
-            cname = m.other_input(n, conv.outputs[0])
-            c, w = _const(g, cname), _const(g, conv.inputs[1])
-            b = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
-            if c is None or w is None or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
-                continue
-            if w.dtype.kind != "f" or c.dtype != w.dtype:
-                continue
-            vec = _per_channel(c, w.ndim, w.shape[0])
-            if vec is None:
-                continue
-            b0 = b if b is not None else np.zeros(w.shape[0], w.dtype)
-            if self.op == "Add":
-                w2, b2 = None, (b0 + vec).astype(w.dtype)
-            else:
-                w2 = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-                b2 = (b0 * vec).astype(w.dtype) if b is not None else None
-            ins = [conv.inputs[0], conv.inputs[1]]
-            if w2 is not None:
-                ins[1] = ctx.fresh(conv.inputs[1] + "_" + self.op.lower())
-                g.initializers[ins[1]] = w2
-            if b2 is not None:
-                bn = ctx.fresh((conv.inputs[2] if b is not None else conv.outputs[0] + "_B") + "_" + self.op.lower())
-                g.initializers[bn] = b2
-                ins.append(bn)
-            conv.inputs = ins
-            conv.outputs = [n.outputs[0]]
-            g.nodes.remove(n)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    def wants(self, node):
+        return _is(node, self.op)
+
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
+        if conv is None or not m.single_use(conv.outputs[0]):
+            return False
+        cname = m.other_input(n, conv.outputs[0])
+        c, w = _const(g, cname), _const(g, conv.inputs[1])
+        b = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if c is None or w is None or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
+            return False
+        if w.dtype.kind != "f" or c.dtype != w.dtype:
+            return False
+        vec = _per_channel(c, w.ndim, w.shape[0])
+        if vec is None:
+            return False
+        b0 = b if b is not None else np.zeros(w.shape[0], w.dtype)
+        if self.op == "Add":
+            w2, b2 = None, (b0 + vec).astype(w.dtype)
+        else:
+            w2 = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+            b2 = (b0 * vec).astype(w.dtype) if b is not None else None
+        ins = [conv.inputs[0], conv.inputs[1]]
+        if w2 is not None:
+            ins[1] = ctx.fresh(conv.inputs[1] + "_" + self.op.lower())
+            g.initializers[ins[1]] = w2
+        if b2 is not None:
+            bn = ctx.fresh((conv.inputs[2] if b is not None else conv.outputs[0] + "_B") + "_" + self.op.lower())
+            g.initializers[bn] = b2
+            ins.append(bn)
+        conv.inputs = ins
+        conv.outputs = [n.outputs[0]]
+        g.nodes.remove(n)
+        return True
 
 
 class ConvAddFusion(_ConvConst):
@@ -548,53 +496,49 @@ class ConvMulFusion(_ConvConst):
     op = "Mul"
 
 
-class MatMulScaleFoldFusion(Pass):
+class MatMulScaleFoldFusion(SweepPass):
     """MatMul(x, const W) -> Mul(c) / Div(c) with c constant over the output's last dim only -> MatMul(x, W*c)."""
 
     name = "MatMulScaleFusion"
     level = 1
+    anchors = ("Mul", "Div")
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for n in list(g.nodes):
-            if not (_is(n, "Mul") or _is(n, "Div")) or len(n.inputs) != 2:
-                continue
-            cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
-            mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
-            if mm is None or not m.single_use(mm.outputs[0]):
-                continue
-            cname = m.other_input(n, mm.outputs[0])
-            c, w = _const(g, cname), _const(g, mm.inputs[1])
-            if c is None or w is None or w.ndim != 2 or w.dtype.kind != "f" or c.dtype != w.dtype:
-                continue
-            if w.dtype.itemsize < 4:  # float16: the folded product rounds differently from the Mul it replaces
-                continue
-            if c.size != 1 and (c.ndim > 2 or c.shape[-1] != w.shape[1] or c.size != w.shape[1]):
-                continue
-            if c.ndim == 2:
-                dims = declared_dims(ctx, g, mm.inputs[0])
-                if dims is None or len(dims) < 2:
-                    continue  # a 2-D c would raise the rank of a 1-D product
-            vec = c.reshape(-1)
-            if n.op_type == "Div":
-                if np.any(vec == 0):
-                    continue
-                w2 = (w / vec).astype(w.dtype)
-            else:
-                w2 = (w * vec).astype(w.dtype)
-            if c.size == 1 and c.ndim > 0:
-                dims = declared_dims(ctx, g, mm.inputs[0])
-                if dims is None or len(dims) < c.ndim:
-                    continue
-            wn = ctx.fresh(mm.inputs[1] + "_scaled")
-            g.initializers[wn] = w2
-            mm.inputs = [mm.inputs[0], wn]
-            mm.outputs = [n.outputs[0]]
-            g.nodes.remove(n)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
+        mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
+        if mm is None or not m.single_use(mm.outputs[0]):
+            return False
+        cname = m.other_input(n, mm.outputs[0])
+        c, w = _const(g, cname), _const(g, mm.inputs[1])
+        if c is None or w is None or w.ndim != 2 or w.dtype.kind != "f" or c.dtype != w.dtype:
+            return False
+        if w.dtype.itemsize < 4:  # float16: the folded product rounds differently from the Mul it replaces
+            return False
+        if c.size != 1 and (c.ndim > 2 or c.shape[-1] != w.shape[1] or c.size != w.shape[1]):
+            return False
+        if c.ndim == 2:
+            dims = declared_dims(ctx, g, mm.inputs[0])
+            if dims is None or len(dims) < 2:
+                return False  # a 2-D c would raise the rank of a 1-D product
+        vec = c.reshape(-1)
+        if n.op_type == "Div":
+            if np.any(vec == 0):
+                return False
+            w2 = (w / vec).astype(w.dtype)
+        else:
+            w2 = (w * vec).astype(w.dtype)
+        if c.size == 1 and c.ndim > 0:
+            dims = declared_dims(ctx, g, mm.inputs[0])
+            if dims is None or len(dims) < c.ndim:
+                return False
+        wn = ctx.fresh(mm.inputs[1] + "_scaled")
+        g.initializers[wn] = w2
+        mm.inputs = [mm.inputs[0], wn]
+        mm.outputs = [n.outputs[0]]
+        g.nodes.remove(n)
+        return True
 
 
 # ----------------------------------------------------------------------------------------------- Shape folding

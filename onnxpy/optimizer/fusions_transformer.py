@@ -20,9 +20,8 @@ import math
 import numpy as np
 
 from ..ir.model import Node
-from .fusions import MS, _is, _Matcher, _reduce_axes, _scalar
+from .fusions import MS, SweepPass, _is, _reduce_axes, _scalar
 from .fusions_misc import declared_dims, elem_types
-from .passes import Pass
 
 
 def _close(a, b, tol=1e-3):
@@ -48,32 +47,27 @@ def _replace(g, last, new, dead):
 
 
 # ----------------------------------------------------------------------------------------------------- FastGelu
-class FastGeluFusion(Pass):
+class FastGeluFusion(SweepPass):
     name = "FastGeluFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for tanh in list(g.nodes):
-            if not _is(tanh, "Tanh") or tanh not in g.nodes:
-                continue
-            inner = self._inner(g, m, tanh.inputs[0])
-            if inner is None:
-                continue
-            x, inner_nodes = inner
-            outer = self._outer(g, m, tanh, x)
-            if outer is None:
-                continue
-            last, outer_nodes = outer
-            chain = inner_nodes + [tanh] + outer_nodes
-            if any(not m.single_use(n.outputs[0]) for n in chain if n is not last):
-                continue
-            # nodes reading x are allowed; nothing else of the chain may be visible
-            _replace(g, last, Node("FastGelu", MS, [x], [last.outputs[0]], {}, name=ctx.fresh("FastGelu")), chain)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    anchors = ("Tanh",)
+
+    def rewrite(self, tanh, m, g, ctx):
+        inner = self._inner(g, m, tanh.inputs[0])
+        if inner is None:
+            return False
+        x, inner_nodes = inner
+        outer = self._outer(g, m, tanh, x)
+        if outer is None:
+            return False
+        last, outer_nodes = outer
+        chain = inner_nodes + [tanh] + outer_nodes
+        if any(not m.single_use(n.outputs[0]) for n in chain if n is not last):
+            return False
+        # nodes reading x are allowed; nothing else of the chain may be visible
+        _replace(g, last, Node("FastGelu", MS, [x], [last.outputs[0]], {}, name=ctx.fresh("FastGelu")), chain)
+        return True
 
     @staticmethod
     def _cube(g, m, name):
@@ -164,97 +158,87 @@ class FastGeluFusion(Pass):
 
 
 # ---------------------------------------------------------------------------------------------------- QuickGelu
-class QuickGeluFusion(Pass):
+class QuickGeluFusion(SweepPass):
     name = "QuickGeluFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for sig in list(g.nodes):
-            if not _is(sig, "Sigmoid") or sig not in g.nodes:
-                continue
-            pre = m.producer(sig.inputs[0])
-            x, alpha, chain = sig.inputs[0], 1.0, [sig]
-            if _is(pre, "Mul") and m.single_use(pre.outputs[0]):
-                for a, b in ((pre.inputs[0], pre.inputs[1]), (pre.inputs[1], pre.inputs[0])):
-                    s = _scalar(g, b)
-                    if s is not None and a not in g.initializers:
-                        x, alpha, chain = a, s, [pre, sig]
-                        break
-            mul = _only_reader(m, sig.outputs[0], "Mul")
-            if mul is None or m.other_input(mul, sig.outputs[0]) != x or mul.inputs[0] == mul.inputs[1]:
-                continue
-            _replace(g, mul, Node("QuickGelu", MS, [x], [mul.outputs[0]], {"alpha": float(alpha)},
-                                  name=ctx.fresh("QuickGelu")), chain)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    anchors = ("Sigmoid",)
+
+    def rewrite(self, sig, m, g, ctx):
+        pre = m.producer(sig.inputs[0])
+        x, alpha, chain = sig.inputs[0], 1.0, [sig]
+        if _is(pre, "Mul") and m.single_use(pre.outputs[0]):
+            for a, b in ((pre.inputs[0], pre.inputs[1]), (pre.inputs[1], pre.inputs[0])):
+                s = _scalar(g, b)
+                if s is not None and a not in g.initializers:
+                    x, alpha, chain = a, s, [pre, sig]
+                    break
+        mul = _only_reader(m, sig.outputs[0], "Mul")
+        if mul is None or m.other_input(mul, sig.outputs[0]) != x or mul.inputs[0] == mul.inputs[1]:
+            return False
+        _replace(g, mul, Node("QuickGelu", MS, [x], [mul.outputs[0]], {"alpha": float(alpha)},
+                              name=ctx.fresh("QuickGelu")), chain)
+        return True
 
 
 # ------------------------------------------------------------------------------------------ SimplifiedLayerNorm
-class SimplifiedLayerNormFusion(Pass):
+class SimplifiedLayerNormFusion(SweepPass):
     name = "SimplifiedLayerNormFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        for rm in list(g.nodes):
-            if not _is(rm, "ReduceMean") or rm not in g.nodes:
-                continue
-            sq = m.producer(rm.inputs[0])
-            if _is(sq, "Pow") and _scalar(g, sq.inputs[1]) == 2.0:
-                x = sq.inputs[0]
-            elif _is(sq, "Mul") and sq.inputs[0] == sq.inputs[1]:
-                x = sq.inputs[0]
-            else:
-                continue
-            axes = _reduce_axes(g, rm)
-            if axes is None or len(axes) != 1 or rm.attrs.get("keepdims", 1) != 1:
-                continue
-            if axes[0] != -1:
-                dims = declared_dims(ctx, g, x)
-                if dims is None or axes[0] != len(dims) - 1:
-                    continue
-            add = _only_reader(m, rm.outputs[0], "Add")
-            if add is None:
-                continue
-            eps = _scalar(g, m.other_input(add, rm.outputs[0]))
-            sqrt = _only_reader(m, add.outputs[0], "Sqrt")
-            if eps is None or sqrt is None:
-                continue
-            readers = _readers(m, sqrt.outputs[0])
-            if len(readers) != 1 or sqrt.outputs[0] in m.outs:
-                continue
-            nxt = readers[0]
-            if _is(nxt, "Div") and nxt.inputs == [x, sqrt.outputs[0]]:
-                normed, chain = nxt, [sq, rm, add, sqrt, nxt]
-            elif _is(nxt, "Reciprocal"):
-                mul = _only_reader(m, nxt.outputs[0], "Mul")
-                if mul is None or m.other_input(mul, nxt.outputs[0]) != x:
-                    continue
-                normed, chain = mul, [sq, rm, add, sqrt, nxt, mul]
-            else:
-                continue
-            scale_mul = _only_reader(m, normed.outputs[0], "Mul")
-            if scale_mul is None:
-                continue
-            scale = m.other_input(scale_mul, normed.outputs[0])
-            w = g.initializers.get(scale)
-            if w is None or w.ndim != 1:
-                continue
-            sq_readers = _readers(m, sq.outputs[0])
-            if len(sq_readers) != 1 or sq.outputs[0] in m.outs:
-                continue
-            if any(n.outputs[0] in m.outs for n in chain):
-                continue
-            node = Node("SimplifiedLayerNormalization", "", [x, scale], [scale_mul.outputs[0]],
-                        {"axis": -1, "epsilon": float(eps)}, name=ctx.fresh("SimplifiedLayerNorm"))
-            _replace(g, scale_mul, node, chain)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    anchors = ("ReduceMean",)
+
+    def rewrite(self, rm, m, g, ctx):
+        sq = m.producer(rm.inputs[0])
+        if _is(sq, "Pow") and _scalar(g, sq.inputs[1]) == 2.0:
+            x = sq.inputs[0]
+        elif _is(sq, "Mul") and sq.inputs[0] == sq.inputs[1]:
+            x = sq.inputs[0]
+        else:
+            return False
+        axes = _reduce_axes(g, rm)
+        if axes is None or len(axes) != 1 or rm.attrs.get("keepdims", 1) != 1:
+            return False
+        if axes[0] != -1:
+            dims = declared_dims(ctx, g, x)
+            if dims is None or axes[0] != len(dims) - 1:
+                return False
+        add = _only_reader(m, rm.outputs[0], "Add")
+        if add is None:
+            return False
+        eps = _scalar(g, m.other_input(add, rm.outputs[0]))
+        sqrt = _only_reader(m, add.outputs[0], "Sqrt")
+        if eps is None or sqrt is None:
+            return False
+        readers = _readers(m, sqrt.outputs[0])
+        if len(readers) != 1 or sqrt.outputs[0] in m.outs:
+            return False
+        nxt = readers[0]
+        if _is(nxt, "Div") and nxt.inputs == [x, sqrt.outputs[0]]:
+            normed, chain = nxt, [sq, rm, add, sqrt, nxt]
+        elif _is(nxt, "Reciprocal"):
+            mul = _only_reader(m, nxt.outputs[0], "Mul")
+            if mul is None or m.other_input(mul, nxt.outputs[0]) != x:
+                return False
+            normed, chain = mul, [sq, rm, add, sqrt, nxt, mul]
+        else:
+            return False
+        scale_mul = _only_reader(m, normed.outputs[0], "Mul")
+        if scale_mul is None:
+            return False
+        scale = m.other_input(scale_mul, normed.outputs[0])
+        w = g.initializers.get(scale)
+        if w is None or w.ndim != 1:
+            return False
+        sq_readers = _readers(m, sq.outputs[0])
+        if len(sq_readers) != 1 or sq.outputs[0] in m.outs:
+            return False
+        if any(n.outputs[0] in m.outs for n in chain):
+            return False
+        node = Node("SimplifiedLayerNormalization", "", [x, scale], [scale_mul.outputs[0]],
+                    {"axis": -1, "epsilon": float(eps)}, name=ctx.fresh("SimplifiedLayerNorm"))
+        _replace(g, scale_mul, node, chain)
+        return True
 
 
 # --------------------------------------------------------------------------------------------------- FusedGemm
@@ -264,30 +248,29 @@ _GEMM_ACTS = {"Relu": (), "Tanh": (), "Sigmoid": (), "Softsign": (), "Softplus":
               "Selu": (("alpha", 1.6732632423543772), ("gamma", 1.0507010221481445))}
 
 
-class GemmActivationFusion(Pass):
+class GemmActivationFusion(SweepPass):
     name = "GemmActivationFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for gemm in list(g.nodes):
-            if not _is(gemm, "Gemm") or not m.single_use(gemm.outputs[0]):
-                continue
-            if types.get(gemm.inputs[0]) != 1 and types.get(gemm.inputs[1]) != 1:
-                continue  # onnxruntime's FusedGemm is float32 only
-            act = m.cons[gemm.outputs[0]][0]
-            if act.domain not in ("", "ai.onnx") or act.op_type not in _GEMM_ACTS:
-                continue
-            attrs = dict(gemm.attrs, activation=act.op_type)
-            for key, default in _GEMM_ACTS[act.op_type]:
-                attrs[f"activation_{key}"] = float(act.attrs.get(key, default))
-            fused = Node("FusedGemm", MS, list(gemm.inputs), [act.outputs[0]], attrs, name=ctx.fresh("FusedGemm"))
-            _replace(g, act, fused, [gemm])
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    anchors = ("Gemm",)
+
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, gemm, m, g, ctx):
+        if not m.single_use(gemm.outputs[0]):
+            return False
+        if m.sweep.get(gemm.inputs[0]) != 1 and m.sweep.get(gemm.inputs[1]) != 1:
+            return False  # onnxruntime's FusedGemm is float32 only
+        act = m.cons[gemm.outputs[0]][0]
+        if act.domain not in ("", "ai.onnx") or act.op_type not in _GEMM_ACTS:
+            return False
+        attrs = dict(gemm.attrs, activation=act.op_type)
+        for key, default in _GEMM_ACTS[act.op_type]:
+            attrs[f"activation_{key}"] = float(act.attrs.get(key, default))
+        fused = Node("FusedGemm", MS, list(gemm.inputs), [act.outputs[0]], attrs, name=ctx.fresh("FusedGemm"))
+        _replace(g, act, fused, [gemm])
+        return True
 
 
 # ------------------------------------------------------------------------------------------------- FusedMatMul
@@ -305,40 +288,42 @@ def _as_fused(n):
     return None
 
 
-class MatmulTransposeFusion(Pass):
+class MatmulTransposeFusion(SweepPass):
     name = "MatmulTransposeFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for mm in list(g.nodes):
-            attrs = _as_fused(mm)
-            if attrs is None or attrs["transBatchA"] or attrs["transBatchB"] or not _float_mm(types, mm):
+    anchors = ("MatMul", "FusedMatMul")
+
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def wants(self, node):
+        return _as_fused(node) is not None
+
+    def rewrite(self, mm, m, g, ctx):
+        attrs = _as_fused(mm)
+        if attrs["transBatchA"] or attrs["transBatchB"] or not _float_mm(m.sweep, mm):
+            return False
+        ins, changed = list(mm.inputs), False
+        for i, key in ((0, "transA"), (1, "transB")):
+            t = m.producer(ins[i])
+            if not _is(t, "Transpose") or "perm" not in t.attrs:
                 continue
-            ins, changed = list(mm.inputs), False
-            for i, key in ((0, "transA"), (1, "transB")):
-                t = m.producer(ins[i])
-                if not _is(t, "Transpose") or "perm" not in t.attrs:
-                    continue
-                p = list(t.attrs["perm"])
-                r = len(p)
-                if r < 2 or p != list(range(r - 2)) + [r - 1, r - 2]:
-                    continue
-                ins[i] = t.inputs[0]
-                attrs[key] ^= 1
-                changed = True
-            if not changed:
+            p = list(t.attrs["perm"])
+            r = len(p)
+            if r < 2 or p != list(range(r - 2)) + [r - 1, r - 2]:
                 continue
-            fused = Node("FusedMatMul", MS, ins, list(mm.outputs), attrs, name=ctx.fresh("FusedMatMul"))
-            g.nodes[g.nodes.index(mm)] = fused
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+            ins[i] = t.inputs[0]
+            attrs[key] ^= 1
+            changed = True
+        if not changed:
+            return False
+        fused = Node("FusedMatMul", MS, ins, list(mm.outputs), attrs, name=ctx.fresh("FusedMatMul"))
+        g.nodes[g.nodes.index(mm)] = fused
+        return True
 
 
-class MatMulScaleFusion(Pass):
+class MatMulScaleFusion(SweepPass):
     name = "MatMulScaleFusion"
     level = 2
 
@@ -364,42 +349,44 @@ class MatMulScaleFusion(Pass):
                 return 1.0 / float(v.reshape(-1)[0])
         return None
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for mm in list(g.nodes):
-            attrs = _as_fused(mm)
-            if attrs is None or mm not in g.nodes or not _float_mm(types, mm):
+    anchors = ("MatMul", "FusedMatMul")
+
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def wants(self, node):
+        return _as_fused(node) is not None
+
+    def rewrite(self, mm, m, g, ctx):
+        attrs = _as_fused(mm)
+        if not _float_mm(m.sweep, mm):
+            return False
+        ins, alpha, dead, last = list(mm.inputs), attrs["alpha"], [], mm
+        for i in (0, 1):
+            p = m.producer(ins[i])
+            if p is None or not m.single_use(p.outputs[0]) or not (_is(p, "Mul") or _is(p, "Div")):
                 continue
-            ins, alpha, dead, last = list(mm.inputs), attrs["alpha"], [], mm
-            for i in (0, 1):
-                p = m.producer(ins[i])
-                if p is None or not m.single_use(p.outputs[0]) or not (_is(p, "Mul") or _is(p, "Div")):
+            for operand in p.inputs:
+                if operand in g.initializers:
                     continue
-                for operand in p.inputs:
-                    if operand in g.initializers:
-                        continue
-                    s = self._scale_of(g, p, operand)
-                    if s is not None:
-                        ins[i], alpha = operand, alpha * s
-                        dead.append(p)
-                        break
-            if m.single_use(mm.outputs[0]):
-                post = m.cons[mm.outputs[0]][0]
-                s = self._scale_of(g, post, mm.outputs[0]) if (_is(post, "Mul") or _is(post, "Div")) else None
+                s = self._scale_of(g, p, operand)
                 if s is not None:
-                    alpha *= s
-                    last = post
-                    dead.append(mm)
-            if not dead:
-                continue
-            attrs["alpha"] = float(alpha)
-            fused = Node("FusedMatMul", MS, ins, [last.outputs[0]], attrs, name=ctx.fresh("FusedMatMul"))
-            _replace(g, last, fused, dead)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+                    ins[i], alpha = operand, alpha * s
+                    dead.append(p)
+                    break
+        if m.single_use(mm.outputs[0]):
+            post = m.cons[mm.outputs[0]][0]
+            s = self._scale_of(g, post, mm.outputs[0]) if (_is(post, "Mul") or _is(post, "Div")) else None
+            if s is not None:
+                alpha *= s
+                last = post
+                dead.append(mm)
+        if not dead:
+            return False
+        attrs["alpha"] = float(alpha)
+        fused = Node("FusedMatMul", MS, ins, [last.outputs[0]], attrs, name=ctx.fresh("FusedMatMul"))
+        _replace(g, last, fused, dead)
+        return True
 
 
 # --------------------------------------------------------------------------------------------------- Attention
@@ -480,7 +467,7 @@ def _last_dim(g, m, ctx, name):
     return None
 
 
-class AttentionFusion(Pass):
+class AttentionFusion(SweepPass):
     """Self-attention as torch exports it, for BERT-like (padding mask) and GPT-2-like (causal mask) models.
 
     scores = MatMul(Transpose(Reshape(q, [.., .., N, D]), [0,2,1,3]), Transpose(Reshape(k, ..), [0,2,3,1]))
@@ -494,40 +481,37 @@ class AttentionFusion(Pass):
     name = "AttentionFusion"
     level = 2
 
-    def apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for sm in list(g.nodes):
-            if not _is(sm, "Softmax") or sm not in g.nodes:
-                continue
-            res = self._match(g, m, ctx, sm, types)
-            if res is None:
-                continue
-            q4, k4, v4, mask, n_heads, scale, out_t, dead = res
-            shp = ctx.fresh("attn_bsh_shape")
-            g.initializers[shp] = np.array([0, 0, -1], np.int64)
-            names = []
-            new_nodes = []
-            for t4, tag in ((q4, "q"), (k4, "k"), (v4, "v")):
-                nm = ctx.fresh(f"{t4}_{tag}_bsh")
-                new_nodes.append(Node("Reshape", "", [t4, shp], [nm], {}, name=ctx.fresh("AttnReshape")))
-                names.append(nm)
-            out = ctx.fresh(out_t.outputs[0] + "_mha")
-            mha = Node("MultiHeadAttention", MS, names + ["", "", mask], [out],
-                       {"num_heads": int(n_heads), "scale": float(scale)}, name=ctx.fresh("MultiHeadAttention"))
-            for r in m.cons[out_t.outputs[0]]:  # the final Reshape and batch/sequence Shape readers
-                r.inputs = [out] + r.inputs[1:]
-            idx = g.nodes.index(out_t)
-            g.nodes[idx:idx + 1] = new_nodes + [mha]
-            for n in dead:
-                if n in g.nodes:
-                    g.nodes.remove(n)
-                for o in n.outputs:
-                    g.value_info.pop(o, None)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    anchors = ("Softmax",)
+
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, sm, m, g, ctx):
+        res = self._match(g, m, ctx, sm, m.sweep)
+        if res is None:
+            return False
+        q4, k4, v4, mask, n_heads, scale, out_t, dead = res
+        shp = ctx.fresh("attn_bsh_shape")
+        g.initializers[shp] = np.array([0, 0, -1], np.int64)
+        names = []
+        new_nodes = []
+        for t4, tag in ((q4, "q"), (k4, "k"), (v4, "v")):
+            nm = ctx.fresh(f"{t4}_{tag}_bsh")
+            new_nodes.append(Node("Reshape", "", [t4, shp], [nm], {}, name=ctx.fresh("AttnReshape")))
+            names.append(nm)
+        out = ctx.fresh(out_t.outputs[0] + "_mha")
+        mha = Node("MultiHeadAttention", MS, names + ["", "", mask], [out],
+                   {"num_heads": int(n_heads), "scale": float(scale)}, name=ctx.fresh("MultiHeadAttention"))
+        for r in m.cons[out_t.outputs[0]]:  # the final Reshape and batch/sequence Shape readers
+            r.inputs = [out] + r.inputs[1:]
+        idx = g.nodes.index(out_t)
+        g.nodes[idx:idx + 1] = new_nodes + [mha]
+        for n in dead:
+            if n in g.nodes:
+                g.nodes.remove(n)
+            for o in n.outputs:
+                g.value_info.pop(o, None)
+        return True
 
     @staticmethod
     def _heads(g, m, t_name, perm):
