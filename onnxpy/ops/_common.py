@@ -31,3 +31,22 @@ def float_arr(x, op: str, name: str) -> np.ndarray:
 def compute_dtype(dt: np.dtype) -> np.dtype:
     """Compute dtype: float64 stays float64, everything else uses float32."""
     return F64 if dt == F64 else F32
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """Rotary embedding: rotate the first 2*cos.shape[-1] features of x (..., H).
+
+    cos/sin broadcast against x[..., :rd/2]; interleaved pairs (x0, x1), (x2, x3)... or the two halves.
+    """
+    half = cos.shape[-1]
+    rd = 2 * half
+    out = x.copy()
+    if interleaved:
+        x1, x2 = x[..., 0:rd:2], x[..., 1:rd:2]
+        out[..., 0:rd:2] = cos * x1 - sin * x2
+        out[..., 1:rd:2] = sin * x1 + cos * x2
+    else:
+        x1, x2 = x[..., :half], x[..., half:rd]
+        out[..., :half] = cos * x1 - sin * x2
+        out[..., half:rd] = sin * x1 + cos * x2
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import to_numpy
+from ._common import rotate
 from .registry import kernel
 
 _FLOATS = ("float16", "float32", "float64", "bfloat16")
@@ -282,15 +283,7 @@ def rotary_embedding(X, cos_cache, sin_cache, position_ids=None, *, interleaved=
         cos, sin = cos[:, None], sin[:, None]
     else:
         cos, sin = cos[:, :, None], sin[:, :, None]
-    out = x.copy()
-    if interleaved:
-        x1, x2 = x[..., 0:rd:2], x[..., 1:rd:2]
-        out[..., 0:rd:2] = cos * x1 - sin * x2
-        out[..., 1:rd:2] = sin * x1 + cos * x2
-    else:
-        x1, x2 = x[..., :half], x[..., half:rd]
-        out[..., :half] = cos * x1 - sin * x2
-        out[..., half:rd] = sin * x1 + cos * x2
+    out = rotate(x, cos, sin, bool(interleaved))
     if not head_axis_first:
         out = out.reshape(X.shape)
     return out.astype(X.dtype)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
+from ._common import rotate as _rotate
 from .registry import MS_DOMAIN, kernel
 
 
@@ -398,22 +399,6 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
 
 
 # ---------------------------------------------------------------------------------------------- rotary helpers
-def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
-    """Rotate the first 2*cos.shape[-1] features of x (..., H); cos/sin broadcast against x[..., :rd/2]."""
-    half = cos.shape[-1]
-    rd = 2 * half
-    out = x.copy()
-    if interleaved:
-        x1, x2 = x[..., 0:rd:2], x[..., 1:rd:2]
-        out[..., 0:rd:2] = cos * x1 - sin * x2
-        out[..., 1:rd:2] = sin * x1 + cos * x2
-    else:
-        x1, x2 = x[..., :half], x[..., half:rd]
-        out[..., :half] = cos * x1 - sin * x2
-        out[..., half:rd] = sin * x1 + cos * x2
-    return out
-
-
 def _cache_rows(cache: np.ndarray, pos: np.ndarray, op: str, name: str) -> np.ndarray:
     if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
         raise ValueError(f"{op}: position {int(pos.max()) if pos.max() >= cache.shape[0] else int(pos.min())} is "

@@ -451,20 +451,28 @@ def cli_main(argv=None) -> int:
     return run_from_args(args)
 
 
-def run_from_args(args) -> int:
-    """Run parsed arguments (for a lead CLI that adds :func:`build_parser`'s options to its own subparser)."""
+def exit_code(fn, *args, plain=(OSError,)) -> int:
+    """Run ``fn(*args)`` for a CLI command: a one-line error and an exit code instead of a traceback.
+
+    UsageError -> 2; the ``plain`` exception types -> 1 with their message; anything else -> 1 with its type.
+    """
     try:
-        run_bench(args)
+        fn(*args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (FileNotFoundError, OSError) as e:
+    except plain as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAIL
     except Exception as e:  # noqa: BLE001 - reported, not a traceback
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAIL
     return EXIT_OK
+
+
+def run_from_args(args) -> int:
+    """Run parsed arguments (for a lead CLI that adds :func:`build_parser`'s options to its own subparser)."""
+    return exit_code(run_bench, args)
 
 
 # -- extra `onnxpy info` lines ----------------------------------------------------------------------------------

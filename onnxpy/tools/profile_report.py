@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from .bench import EXIT_FAIL, EXIT_OK, EXIT_USAGE, OPT_LEVELS, ProgressBar, UsageError, make_inputs
+from .bench import EXIT_USAGE, OPT_LEVELS, ProgressBar, UsageError, exit_code, make_inputs
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -321,57 +321,49 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def run_from_args(args, out=None) -> int:
+def _profile(args, out) -> None:
     from .bench import _parse_common
 
-    out = out if out is not None else sys.stdout
-    try:
-        if args.runs < 1 or args.warmup < 0 or args.top < 1:
-            raise UsageError("--runs and --top must be >= 1, --warmup >= 0")
-        if args.from_trace:
-            trace = args.from_trace
-            skip = 0
-            title = f"onnxpy profile: {os.path.basename(trace)}"
-            default_out = os.path.splitext(trace)[0] + ".html"
-        else:
-            if not args.model:
-                raise UsageError("give a MODEL, or --from-trace TRACE.json")
-            if not os.path.exists(args.model):
-                raise FileNotFoundError(f"model file not found: {args.model}")
-            shapes, dims, files = _parse_common(args)
-            default_out = os.path.splitext(args.model)[0] + ".profile.html"
-            report = args.output or default_out
-            trace_dir = os.path.dirname(os.path.abspath(report))
-            trace = profile_model(args.model, runs=args.runs, warmup=args.warmup, shapes=shapes, dims=dims,
-                                  files=files, opt_level=OPT_LEVELS[str(args.opt_level)], threads=args.threads,
-                                  trace_dir=trace_dir, seed=args.seed, progress=args.progress)
-            skip = args.warmup
-            title = f"onnxpy profile: {os.path.basename(args.model)}"
-        summary = summarize(load_trace(trace), skip_runs=skip)
+    if args.runs < 1 or args.warmup < 0 or args.top < 1:
+        raise UsageError("--runs and --top must be >= 1, --warmup >= 0")
+    if args.from_trace:
+        trace = args.from_trace
+        skip = 0
+        title = f"onnxpy profile: {os.path.basename(trace)}"
+        default_out = os.path.splitext(trace)[0] + ".html"
+    else:
+        if not args.model:
+            raise UsageError("give a MODEL, or --from-trace TRACE.json")
+        if not os.path.exists(args.model):
+            raise FileNotFoundError(f"model file not found: {args.model}")
+        shapes, dims, files = _parse_common(args)
+        default_out = os.path.splitext(args.model)[0] + ".profile.html"
         report = args.output or default_out
-        meta = {"model": args.model or "", "trace": trace, "opt level": args.opt_level}
-        with open(report, "w", encoding="utf-8") as f:
-            f.write(render_html(summary, title=title, top=args.top, meta=meta))
-        print(f"trace: {trace}", file=out)
-        print(f"report: {report}", file=out)
-        per_run = max(1, summary["runs"])
-        print(f"{'op type':<24}{'ms/run':>10}{'%':>8}{'nodes':>7}", file=out)
-        for o in summary["op_types"][:10]:
-            print(f"{o['op_type']:<24}{o['total_us'] / 1e3 / per_run:>10.3f}{o['percent']:>8.1f}{o['nodes']:>7}",
-                  file=out)
-        if args.png:
-            pngs = write_pngs(summary, os.path.splitext(report)[0], top=args.top)
-            print("png: " + (", ".join(pngs) if pngs else "skipped (matplotlib is not installed)"), file=out)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAIL
-    except Exception as e:  # noqa: BLE001 - reported, not a traceback
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_FAIL
-    return EXIT_OK
+        trace_dir = os.path.dirname(os.path.abspath(report))
+        trace = profile_model(args.model, runs=args.runs, warmup=args.warmup, shapes=shapes, dims=dims,
+                              files=files, opt_level=OPT_LEVELS[str(args.opt_level)], threads=args.threads,
+                              trace_dir=trace_dir, seed=args.seed, progress=args.progress)
+        skip = args.warmup
+        title = f"onnxpy profile: {os.path.basename(args.model)}"
+    summary = summarize(load_trace(trace), skip_runs=skip)
+    report = args.output or default_out
+    meta = {"model": args.model or "", "trace": trace, "opt level": args.opt_level}
+    with open(report, "w", encoding="utf-8") as f:
+        f.write(render_html(summary, title=title, top=args.top, meta=meta))
+    print(f"trace: {trace}", file=out)
+    print(f"report: {report}", file=out)
+    per_run = max(1, summary["runs"])
+    print(f"{'op type':<24}{'ms/run':>10}{'%':>8}{'nodes':>7}", file=out)
+    for o in summary["op_types"][:10]:
+        print(f"{o['op_type']:<24}{o['total_us'] / 1e3 / per_run:>10.3f}{o['percent']:>8.1f}{o['nodes']:>7}",
+              file=out)
+    if args.png:
+        pngs = write_pngs(summary, os.path.splitext(report)[0], top=args.top)
+        print("png: " + (", ".join(pngs) if pngs else "skipped (matplotlib is not installed)"), file=out)
+
+
+def run_from_args(args, out=None) -> int:
+    return exit_code(_profile, args, out if out is not None else sys.stdout, plain=(OSError, ValueError))
 
 
 def cli_main(argv=None) -> int:
