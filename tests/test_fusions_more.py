@@ -426,3 +426,68 @@ def test_qdq_movement(tmp_path):
                 _qdq("r", "xs", "xz", "y", q=True)], [_vi("xq", [1, 2, 4, 4], TensorProto.UINT8)],
                [_vi("y", None, TensorProto.UINT8)], inits[:6])
     assert _run_q(tmp_path, m, {"xq": _qfeed(1, 2, 4, 4)}) == ["MaxPool"]
+
+
+# ------------------------------------------------------------------------------------ float16 attention (torch)
+def _attention_fp16_model(B=2, S=5, H=8, N=2, expand_to=None, scale_op="Mul", scale_input=False):
+    """The float16 torchscript export: float16 scale constant, and the additive mask built from a (B, T) int64
+    padding mask as Where(Expand(Cast(Unsqueeze(mask)), shape), 0, -65504)."""
+    D = H // N
+    h = TensorProto.FLOAT16
+    inits, nodes = [], []
+    for p in "qkv":
+        inits += [_init(f"W{p}", (rnd(H, H) * 0.3).astype(np.float16)),
+                  _init(f"b{p}", (rnd(H) * 0.1).astype(np.float16))]
+        nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}m"]),
+                  helper.make_node("Add", [f"{p}m", f"b{p}"], [f"{p}p"]),
+                  helper.make_node("Reshape", [f"{p}p", "hs"], [f"{p}4"])]
+    sc = 1 / math.sqrt(D) if scale_op == "Mul" else math.sqrt(D)
+    inits += [_init("hs", np.array([B, S, N, D], np.int64)), _init("os", np.array([B, S, H], np.int64)),
+              _init("ax12", np.array([1, 2], np.int64)),
+              _init("ms", np.array(expand_to or [B, 1, S, S], np.int64)),
+              _init("zero", np.array(0, np.float16)), _init("neg", np.array(-65504, np.float16))]
+    if not scale_input:
+        inits.append(_init("sc", np.array(sc, np.float16)))
+    nodes += [helper.make_node("Unsqueeze", ["am", "ax12"], ["am4"]),
+              helper.make_node("Cast", ["am4"], ["amb"], to=TensorProto.BOOL),
+              helper.make_node("Expand", ["amb", "ms"], ["ame"]),
+              helper.make_node("Where", ["ame", "zero", "neg"], ["mask"]),
+              helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+              helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+              helper.make_node("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["qt", "kt"], ["sco"]),
+              helper.make_node(scale_op, ["sco", "sc"], ["scs"]),
+              helper.make_node("Add", ["scs", "mask"], ["msk"]),
+              helper.make_node("Softmax", ["msk"], ["pr"], axis=-1),
+              helper.make_node("MatMul", ["pr", "vt"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctxt", "os"], ["y"])]
+    ins = [_vi("x", [B, S, H], h), _vi("am", [B, S], TensorProto.INT64)]
+    if scale_input:
+        ins.append(_vi("sc", [], h))
+    return _model(nodes, ins, [_vi("y", None, h)], inits)
+
+
+def _attn_fp16_feeds(B=2, S=5, H=8, scale_input=False, D=4):
+    am = np.ones((B, S), np.int64)
+    am[0, -2:] = 0
+    feeds = {"x": rnd(B, S, H).astype(np.float16), "am": am}
+    if scale_input:
+        feeds["sc"] = np.array(1 / math.sqrt(D), np.float16)
+    return feeds
+
+
+@pytest.mark.parametrize("scale_op", ["Mul", "Div"])
+def test_attention_fusion_fp16(tmp_path, scale_op):
+    ops = run_opt(tmp_path, _attention_fp16_model(scale_op=scale_op), _attn_fp16_feeds(), atol=1e-2, rtol=1e-2)
+    assert f"{MS}:MultiHeadAttention" in ops and "Softmax" not in ops
+
+
+def test_attention_fp16_not_fused(tmp_path):
+    # the mask expands only to (B, 1, 1, T): onnxruntime's attention_bias needs (.., S, T)
+    ops = run_opt(tmp_path, _attention_fp16_model(expand_to=[2, 1, 1, 5]), _attn_fp16_feeds(), atol=1e-2, rtol=1e-2)
+    assert "Softmax" in ops and f"{MS}:MultiHeadAttention" not in ops
+    # the scale is a runtime value, not a constant
+    ops = run_opt(tmp_path, _attention_fp16_model(scale_input=True), _attn_fp16_feeds(scale_input=True),
+                  atol=1e-2, rtol=1e-2)
+    assert "Softmax" in ops and f"{MS}:MultiHeadAttention" not in ops

@@ -576,7 +576,7 @@ class AttentionFusion(SweepPass):
             for a in scaled.inputs:
                 p = m.producer(a)
                 if _is(p, "MatMul") and m.single_use(a):
-                    s = MatMulScaleFusion._scale_of(g, scaled, a)
+                    s = self._scale_of(g, scaled, a)
                     if s is not None:
                         scores, scale = p, s
                         break
@@ -612,6 +612,28 @@ class AttentionFusion(SweepPass):
             if m.single_use(h[4].outputs[0]):
                 dead.append(h[4])
         return qh[0], kh[0], vh[0], mask, n_heads, scale, out_t, dead
+
+    @staticmethod
+    def _scale_of(g, n, operand):
+        """The scalar ``n`` multiplies the scores ``operand`` by, or None.
+
+        Unlike MatMulScaleFusion, a float16 constant is accepted here: the fused kernel computes the whole
+        attention in float32 and rounds once, which is at least as accurate as the per-op float16 chain it replaces.
+        """
+        if len(n.inputs) != 2:
+            return None
+        if _is(n, "Mul"):
+            other = n.inputs[1] if n.inputs[0] == operand else n.inputs[0]
+            v = g.initializers.get(other)
+            if v is not None and v.size == 1 and v.ndim <= 1 and v.dtype.kind == "f":
+                s = float(v.reshape(-1)[0])
+                return s if math.isfinite(s) else None
+        if _is(n, "Div") and n.inputs[0] == operand:
+            v = g.initializers.get(n.inputs[1])
+            if v is not None and v.size == 1 and v.ndim <= 1 and v.dtype.kind == "f":
+                d = float(v.reshape(-1)[0])
+                return 1.0 / d if d and math.isfinite(d) else None
+        return None
 
     @staticmethod
     def _batch_seq_shape(g, m, n):
