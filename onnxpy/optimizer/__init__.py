@@ -94,8 +94,11 @@ def passes_for(level: int, disabled=frozenset()):
         # attention fusion must see the MatMul scales before MatMulScaleFusion folds them
         gelu = [p for p in FUSION_PASSES if p.name in ("GeluFusion", "BiasGeluFusion")]
         rest = [p for p in FUSION_PASSES if p not in gelu and p.level <= level]
+        from .fusions_all import ALL_PASSES  # onnxpy-specific ops (ai.onnxpy): level 99 only, like NCHWc in ORT
+
         chosen = chosen[:-1] + QDQ_PASSES + gelu + TRANSFORMER_PASSES + rest \
-            + [p for p in SPEED_PASSES if p.level <= level] + chosen[-1:]
+            + [p for p in SPEED_PASSES if p.level <= level] + [p for p in ALL_PASSES if p.level <= level] \
+            + chosen[-1:]
     return [p for p in chosen if p.name not in disabled]
 
 

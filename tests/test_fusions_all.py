@@ -1,0 +1,213 @@
+"""Level-99 fusions writing onnxpy's internal ops (onnxpy/optimizer/fusions_all.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy
+import onnxpy.optimizer as opt
+from onnxpy.optimizer.fusions_all import ALL_PASSES, ConvBatchNormFusion
+
+TESTED = ALL_PASSES + [ConvBatchNormFusion()]  # ConvBatchNormFusion is kept out of ALL_PASSES (not paying yet)
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _wired(monkeypatch):
+    """Wire the passes before DeadCodeElimination at level 99 (those passes_for does not have yet)."""
+    orig = opt.passes_for
+    def passes_for(level, disabled=frozenset()):
+        ch = orig(level, disabled)
+        if level >= 99:
+            have = {p.name for p in ch}
+            ch = ch[:-1] + [p for p in TESTED if p.name not in disabled and p.name not in have] + ch[-1:]
+        return ch
+
+    monkeypatch.setattr(opt, "passes_for", passes_for)
+
+
+def _c(name, v, dt=np.float32, shape=()):
+    return numpy_helper.from_array(np.full(shape, v, dtype=dt), name)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=18):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+def _vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def run(tmp_path, model, feeds, level=99, rtol=1e-6, atol=1e-6):
+    data = model.SerializeToString()
+    path = os.path.join(str(tmp_path), f"opt{level}.onnx")
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = level
+    so.optimized_model_filepath = path
+    got = onnxpy.InferenceSession(data, so).run(None, feeds)
+    so0 = onnxpy.SessionOptions()
+    so0.graph_optimization_level = 0
+    base = onnxpy.InferenceSession(data, so0).run(None, feeds)
+    for a, b in zip(got, base):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol)
+    return [(n.domain + ":" if n.domain not in ("", "ai.onnx") else "") + n.op_type for n in onnx.load(path).graph.node]
+
+
+def _hswish(order="mul_div", three=3.0, scale_op="Div", dt=F, npdt=np.float32, x_is_other=True):
+    inits = [_c("three", three, npdt), _c("zero", 0.0, npdt), _c("six", 6.0, npdt),
+             _c("sixth", 1 / 6, npdt)]
+    sc = "six" if scale_op == "Div" else "sixth"
+    nodes = [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["c"])]
+    other = "x" if x_is_other else "x2"
+    if order == "mul_div":
+        nodes += [helper.make_node("Mul", [other, "c"], ["m"]), helper.make_node(scale_op, ["m", sc], ["y"])]
+    else:
+        nodes += [helper.make_node(scale_op, ["c", sc], ["d"]), helper.make_node("Mul", ["d", other], ["y"])]
+    inputs = [_vi("x", [2, 3, 4, 5], dt)] + ([] if x_is_other else [_vi("x2", [2, 3, 4, 5], dt)])
+    return _model(nodes, inputs, [_vi("y", None, dt)], inits)
+
+
+@pytest.mark.parametrize("order", ["mul_div", "div_mul"])
+@pytest.mark.parametrize("scale_op", ["Div", "Mul"])
+def test_hardswish_fuses_at_99_only(tmp_path, order, scale_op):
+    x = (RNG.standard_normal((2, 3, 4, 5)) * 4).astype(np.float32)
+    m = _hswish(order, scale_op=scale_op)
+    assert run(tmp_path, m, {"x": x}, rtol=1e-6, atol=1e-6) == ["ai.onnxpy:HardSwishLike"]
+    for level in (1, 2):
+        assert "ai.onnxpy:HardSwishLike" not in run(tmp_path, m, {"x": x}, level=level)
+
+
+def test_hardswish_float64_and_float16(tmp_path):
+    x = (RNG.standard_normal((2, 3, 4, 5)) * 4)
+    ops = run(tmp_path, _hswish(dt=TensorProto.DOUBLE, npdt=np.float64), {"x": x}, rtol=1e-12, atol=1e-12)
+    assert ops == ["ai.onnxpy:HardSwishLike"]
+    ops = run(tmp_path, _hswish(dt=TensorProto.FLOAT16, npdt=np.float16), {"x": x.astype(np.float16)},
+              rtol=1e-3, atol=1e-3)
+    assert ops == ["ai.onnxpy:HardSwishLike"]
+
+
+def test_hardswish_other_constants_exact(tmp_path):
+    # not the plain HardSwish: runs the unfused graph's steps, bit for bit
+    x = (RNG.standard_normal((2, 3, 4, 5)) * 4).astype(np.float32)
+    assert run(tmp_path, _hswish(three=2.5), {"x": x}, rtol=0, atol=0) == ["ai.onnxpy:HardSwishLike"]
+    assert run(tmp_path, _hswish("div_mul", three=2.5), {"x": x}, rtol=0, atol=0) == ["ai.onnxpy:HardSwishLike"]
+
+
+def test_hardswish_near_misses(tmp_path):
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x2 = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    # the Mul reads another tensor than the Add
+    assert "ai.onnxpy:HardSwishLike" not in run(tmp_path, _hswish(x_is_other=False), {"x": x, "x2": x2})
+    # an intermediate is also a graph output
+    m = _hswish()
+    m.graph.output.append(_vi("c", None))
+    assert "ai.onnxpy:HardSwishLike" not in run(tmp_path, m, {"x": x})
+    # a non-constant Clip bound
+    m = _hswish()
+    m.graph.initializer.pop(2)  # "six" becomes a graph input
+    m.graph.input.append(_vi("six", []))
+    ops = run(tmp_path, m, {"x": x, "six": np.array(6.0, np.float32)})
+    assert "ai.onnxpy:HardSwishLike" not in ops
+
+
+def test_hardsigmoid_mul(tmp_path):
+    x = (RNG.standard_normal((2, 3, 4, 5)) * 4).astype(np.float32)
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["x", "h"], ["y"])]
+    m = _model(nodes, [_vi("x", [2, 3, 4, 5])], [_vi("y", None)])
+    assert run(tmp_path, m, {"x": x}, rtol=0, atol=0) == ["ai.onnxpy:HardSigmoidMul"]
+    assert "ai.onnxpy:HardSigmoidMul" not in run(tmp_path, m, {"x": x}, level=2)
+    nodes[1] = helper.make_node("Mul", ["x2", "h"], ["y"])
+    m = _model(nodes, [_vi("x", [2, 3, 4, 5]), _vi("x2", [2, 3, 4, 5])], [_vi("y", None)])
+    assert "ai.onnxpy:HardSigmoidMul" not in run(tmp_path, m, {"x": x, "x2": x})
+
+
+def _conv_bn(relu=False, bias=True, group=1, extra_use=False, training=0, opset=15):
+    M, C = 6, 4
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], pads=[1, 1, 1, 1], group=group,
+                              strides=[2, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["n"], epsilon=1e-3,
+                              **({"training_mode": training} if opset >= 14 else {}))]
+    outs = [_vi("n" if not relu else "y", None)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["n"], ["y"]))
+    if extra_use:
+        outs.append(_vi("c", None))
+    inputs = [_vi("x", [2, C, 9, 8])] + [_vi(n, [M]) for n in ("s", "bb", "mean", "var")]
+    w = numpy_helper.from_array(RNG.standard_normal((M, C // group, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(RNG.standard_normal(M).astype(np.float32), "b")
+    return _model(nodes, inputs, outs, [w] + ([b] if bias else []), opset=opset)
+
+
+def _bn_feeds():
+    return {"x": RNG.standard_normal((2, 4, 9, 8)).astype(np.float32),
+            "s": RNG.standard_normal(6).astype(np.float32), "bb": RNG.standard_normal(6).astype(np.float32),
+            "mean": RNG.standard_normal(6).astype(np.float32), "var": RNG.random(6).astype(np.float32) + 0.5}
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_bn(tmp_path, relu, bias, group):
+    m = _conv_bn(relu, bias, group)
+    feeds = _bn_feeds()
+    assert run(tmp_path, m, feeds, rtol=1e-5, atol=1e-5) == ["ai.onnxpy:ConvBatchNorm"]
+    for level in (1, 2):
+        assert "ai.onnxpy:ConvBatchNorm" not in run(tmp_path, m, feeds, level=level, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_bn_big_filter_scales_output(tmp_path):
+    # filter larger than the output: the kernel scales the output instead of the filter
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "mean", "var"], ["y"])]
+    m = _model(nodes, [_vi("x", [1, 64, 3, 3])] + [_vi(n, [32]) for n in ("s", "bb", "mean", "var")],
+               [_vi("y", None)], [numpy_helper.from_array(RNG.standard_normal((32, 64, 3, 3)).astype(np.float32), "w"),
+                                  numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "b")])
+    feeds = {"x": RNG.standard_normal((1, 64, 3, 3)).astype(np.float32),
+             "s": RNG.standard_normal(32).astype(np.float32), "bb": RNG.standard_normal(32).astype(np.float32),
+             "mean": RNG.standard_normal(32).astype(np.float32), "var": RNG.random(32).astype(np.float32) + 0.5}
+    assert run(tmp_path, m, feeds, rtol=1e-5, atol=1e-5) == ["ai.onnxpy:ConvBatchNorm"]
+
+
+def test_conv_bn_old_opset_and_near_misses(tmp_path):
+    feeds = _bn_feeds()
+    assert run(tmp_path, _conv_bn(opset=9), feeds, rtol=1e-5, atol=1e-5) == ["ai.onnxpy:ConvBatchNorm"]
+    assert "ai.onnxpy:ConvBatchNorm" not in run(tmp_path, _conv_bn(extra_use=True), feeds)
+    m = _conv_bn()
+    m.graph.node[1].output.extend(["rm", "rv"])
+    m.graph.node[1].attribute[-1].i = 1
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = 99
+    so.optimized_model_filepath = os.path.join(str(tmp_path), "t.onnx")
+    try:
+        onnxpy.InferenceSession(m.SerializeToString(), so)
+    except Exception:
+        pass  # training outputs may be rejected; what matters is that nothing was fused
+    else:
+        assert "ConvBatchNorm" not in [n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node]
+
+
+def test_conv_bn_kernel_fallback():
+    from onnxpy.ops.internal import conv_batch_norm
+    from onnxpy.ops.normalization import batch_normalization_9
+    from onnxpy.ops.conv import conv
+
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float16)
+    w = RNG.standard_normal((3, 2, 3, 3)).astype(np.float16)
+    p = [np.ones(3, np.float16), np.zeros(3, np.float16), np.zeros(3, np.float16), np.ones(3, np.float16)]
+    got = conv_batch_norm(x, w, None, *p, epsilon=1e-5)
+    ref = batch_normalization_9(conv(x, w, None), *p, epsilon=1e-5)
+    np.testing.assert_array_equal(got, ref)
+    with pytest.raises(ValueError):
+        conv_batch_norm(x, w, None, *p, activation="Tanh")
