@@ -237,7 +237,8 @@ def _gelu_erf_block(x):
     return e
 
 
-def _gelu_tanh_block(x):
+def _gelu_tanh_block(x, out=None):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), into ``out`` when given (it may be ``x`` itself)."""
     t = x * x
     t *= 0.044715
     t += 1.0
@@ -246,8 +247,11 @@ def _gelu_tanh_block(x):
     np.tanh(t, out=t)
     t += 1.0
     t *= x
-    t *= 0.5
-    return t
+    if out is None:
+        t *= 0.5
+        return t
+    np.multiply(t, 0.5, out=out)
+    return out
 
 
 @kernel("Gelu", 20)

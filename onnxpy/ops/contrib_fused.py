@@ -53,19 +53,6 @@ def _gelu_erf_into(x: np.ndarray, o: np.ndarray) -> None:
     np.multiply(e, 0.5, out=o)
 
 
-def _gelu_tanh_into(x: np.ndarray, o: np.ndarray) -> None:
-    """o = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (o may be x itself); the ops of Gelu(tanh)."""
-    t = np.multiply(x, x)
-    t *= 0.044715
-    t += 1.0
-    t *= x
-    t *= _SQRT_2_OVER_PI
-    np.tanh(t, out=t)
-    t += 1.0
-    t *= x
-    np.multiply(t, 0.5, out=o)
-
-
 def _fits(b_shape, x_shape) -> bool:
     try:
         return np.broadcast_shapes(b_shape, x_shape) == x_shape
@@ -92,7 +79,7 @@ def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     else:
         src = xf
         dst = xf if own or xf is not x else np.empty(xf.shape, dtype=_F32)  # xf is fresh when x was upcast
-    fn = _gelu_tanh_into if approx else _gelu_erf_into
+    fn = _gelu_tanh_block if approx else _gelu_erf_into
     n = src.size
     if n:
         fs = src.reshape(-1)

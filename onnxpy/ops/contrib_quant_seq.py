@@ -128,7 +128,7 @@ def dynamic_quantize_lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, i
                           input_forget=0, _output_names=None):
     """LSTM whose weights are int8/uint8; like onnxruntime, the input and every hidden state are quantized to uint8
     (dynamic range) before their matmuls, so results match it up to float rounding."""
-    from .rnn import _activations, _clipper, _Prep, _want_y
+    from .rnn import _activations, _clipper, _Prep, _want_y, lstm_direction
 
     op = "DynamicQuantizeLSTM"
     Wf = _deq_lstm_weight(W, W_scale, W_zero_point, op, "W")
@@ -148,33 +148,8 @@ def dynamic_quantize_lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, i
     fin_c = np.empty((p.D, p.B, H), p.ct)
     xq = _fake_quant_u8(p.X).reshape(p.T * p.B, -1) if p.X.size else p.X.reshape(p.T * p.B, -1)
     for d in range(p.D):
-        f, g, hf = acts[d]
         xw = (xq @ p.W[d].T + (p.Wb[d] + p.Rb[d])).reshape(p.T, p.B, -1)
         R_t = p.R[d].T
-        h = p.states[0][d]
-        c = p.states[1][d]
-        for t, m in p.time_steps(d):
-            gates = xw[t] + _fake_quant_u8(h) @ R_t
-            if P is None:
-                i = f(clp(gates[:, :H]))
-                o = f(clp(gates[:, H: 2 * H]))
-                fg = (1 - i) if input_forget else f(clp(gates[:, 2 * H: 3 * H]))
-                cn = fg * c + i * g(clp(gates[:, 3 * H:]))
-            else:
-                i = f(clp(gates[:, :H] + P[d, :H] * c))
-                fg = (1 - i) if input_forget else f(clp(gates[:, 2 * H: 3 * H] + P[d, 2 * H:] * c))
-                cn = fg * c + i * g(clp(gates[:, 3 * H:]))
-                o = f(clp(gates[:, H: 2 * H] + P[d, H: 2 * H] * cn))
-            hn = o * hf(cn)
-            if m is None:
-                h, c = hn, cn
-                if want_y:
-                    Y[t, d] = hn
-            else:
-                h = np.where(m, hn, h)
-                c = np.where(m, cn, c)
-                if want_y:
-                    Y[t, d] = np.where(m, hn, 0)
-        fin_h[d] = h
-        fin_c[d] = c
+        fin_h[d], fin_c[d] = lstm_direction(p, d, xw, lambda h, R_t=R_t: _fake_quant_u8(h) @ R_t, acts[d], clp, P,
+                                            input_forget, Y)
     return p.finish(Y, [fin_h, fin_c], want_y)

@@ -411,30 +411,19 @@ def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, 
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
     eff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
     natural = [s * (i - 1) + p + e for s, i, p, e in zip(st, in_shape, op_pad, eff)]
-    if output_shape is not None and len(output_shape) > 0:
-        osh = [int(v) for v in output_shape][-n:]
-        if len(osh) != n:
-            raise ValueError(f"{op}: output_shape {output_shape} must have {n} spatial values")
-        pb, pe = [], []
-        for i in range(n):
-            total = natural[i] - osh[i]
-            if auto_pad == "SAME_UPPER":
-                pb.append(total // 2)
-                pe.append(total - total // 2)
-            else:
-                pb.append(total - total // 2)
-                pe.append(total // 2)
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        osh = [i * s for i, s in zip(in_shape, st)]
-        pb, pe = [], []
-        for i in range(n):
-            total = max(0, natural[i] - osh[i])
-            if auto_pad == "SAME_UPPER":
-                pb.append(total // 2)
-                pe.append(total - total // 2)
-            else:
-                pb.append(total - total // 2)
-                pe.append(total // 2)
+    if (output_shape is not None and len(output_shape) > 0) or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is not None and len(output_shape) > 0:
+            osh = [int(v) for v in output_shape][-n:]
+            if len(osh) != n:
+                raise ValueError(f"{op}: output_shape {output_shape} must have {n} spatial values")
+            totals = [nat - o for nat, o in zip(natural, osh)]
+        else:
+            osh = [i * s for i, s in zip(in_shape, st)]
+            totals = [max(0, nat - o) for nat, o in zip(natural, osh)]
+        # the total padding is split with the odd unit at the end for SAME_UPPER, at the start otherwise
+        small = [t // 2 for t in totals]
+        big = [t - t // 2 for t in totals]
+        pb, pe = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
     elif auto_pad in ("NOTSET", "VALID"):
         pb, pe = explicit_pads(pads if auto_pad == "NOTSET" else None, n, op)
         osh = [nat - b - e for nat, b, e in zip(natural, pb, pe)]

@@ -324,6 +324,43 @@ def gru(X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha
 # --------------------------------------------------------------------------------------------------------------
 
 
+def lstm_direction(p, d, xw, recur, act, clp, P, input_forget, Y):
+    """One direction of an LSTM over time (shared by LSTM and com.microsoft.DynamicQuantizeLSTM).
+
+    ``xw[t]`` is the input projection of step t (biases included), ``recur(h)`` the recurrent product ``h @ R^T``;
+    writes ``Y[t, d]`` when ``Y`` is given and returns the final (h, c).
+    """
+    f, g, hf = act
+    H = p.H
+    if P is not None:
+        pi, po, pf = P[d, :H], P[d, H: 2 * H], P[d, 2 * H:]
+    h = p.states[0][d]
+    c = p.states[1][d]
+    for t, m in p.time_steps(d):
+        gates = xw[t] + recur(h)
+        if P is None:  # i, o, f are contiguous: one activation call for the three gates
+            iof = f(clp(gates[:, : 3 * H]))
+            i, o = iof[:, :H], iof[:, H: 2 * H]
+            fg = (1 - i) if input_forget else iof[:, 2 * H:]
+            cn = fg * c + i * g(clp(gates[:, 3 * H:]))
+        else:  # peepholes: i and f see C(t-1), o sees C(t)
+            i = f(clp(gates[:, :H] + pi * c))
+            fg = (1 - i) if input_forget else f(clp(gates[:, 2 * H: 3 * H] + pf * c))
+            cn = fg * c + i * g(clp(gates[:, 3 * H:]))
+            o = f(clp(gates[:, H: 2 * H] + po * cn))
+        hn = o * hf(cn)
+        if m is None:
+            h, c = hn, cn
+            if Y is not None:
+                Y[t, d] = hn
+        else:
+            h = np.where(m, hn, h)
+            c = np.where(m, cn, c)
+            if Y is not None:
+                Y[t, d] = np.where(m, hn, 0)
+    return h, c
+
+
 @kernel("LSTM", since=(1, 7, 14, 22))
 def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *, activation_alpha=None,
          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0,
@@ -342,35 +379,7 @@ def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=
     fin_h = np.empty((p.D, p.B, H), p.ct)
     fin_c = np.empty((p.D, p.B, H), p.ct)
     for d in range(p.D):
-        f, g, hf = acts[d]
         xw = p.input_projection(d, p.Wb[d] + p.Rb[d])
         R_t = p.R[d].T
-        if P is not None:
-            pi, po, pf = P[d, :H], P[d, H: 2 * H], P[d, 2 * H:]
-        h = p.states[0][d]
-        c = p.states[1][d]
-        for t, m in p.time_steps(d):
-            gates = xw[t] + h @ R_t
-            if P is None:  # i, o, f are contiguous: one activation call for the three gates
-                iof = f(clp(gates[:, : 3 * H]))
-                i, o = iof[:, :H], iof[:, H: 2 * H]
-                fg = (1 - i) if input_forget else iof[:, 2 * H:]
-                cn = fg * c + i * g(clp(gates[:, 3 * H:]))
-            else:  # peepholes: i and f see C(t-1), o sees C(t)
-                i = f(clp(gates[:, :H] + pi * c))
-                fg = (1 - i) if input_forget else f(clp(gates[:, 2 * H: 3 * H] + pf * c))
-                cn = fg * c + i * g(clp(gates[:, 3 * H:]))
-                o = f(clp(gates[:, H: 2 * H] + po * cn))
-            hn = o * hf(cn)
-            if m is None:
-                h, c = hn, cn
-                if want_y:
-                    Y[t, d] = hn
-            else:
-                h = np.where(m, hn, h)
-                c = np.where(m, cn, c)
-                if want_y:
-                    Y[t, d] = np.where(m, hn, 0)
-        fin_h[d] = h
-        fin_c[d] = c
+        fin_h[d], fin_c[d] = lstm_direction(p, d, xw, lambda h, R_t=R_t: h @ R_t, acts[d], clp, P, input_forget, Y)
     return p.finish(Y, [fin_h, fin_c], want_y)
