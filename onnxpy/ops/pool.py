@@ -284,8 +284,32 @@ def global_lp_pool(X, *, p=2):
     return np.power(s, 1.0 / p).astype(X.dtype, copy=False)
 
 
+def _unpool_indices_fit(I, shape, ks, st, pb):
+    """True when every flat index in ``I``, decoded against the full tensor ``shape``, lies in the pooling window
+    of its own position (same batch and channel, spatial coordinate inside the window) -- which every index
+    produced by MaxPool does."""
+    coords = np.unravel_index(I.reshape(-1), shape)
+    grid = np.indices(I.shape).reshape(I.ndim, -1)
+    if not (np.array_equal(coords[0], grid[0]) and np.array_equal(coords[1], grid[1])):
+        return False
+    for d in range(2, I.ndim):
+        start = grid[d] * st[d - 2] - pb[d - 2]
+        off = coords[d] - start
+        if off.size and (off.min() < 0 or off.max() >= ks[d - 2]):
+            return False
+    return True
+
+
 @kernel("MaxUnpool", since=(9, 11, 22))
 def max_unpool(X, I, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
+    """Scatter X into zeros at the flat indices I (MaxPool's second output, flattened over the whole tensor).
+
+    With output_shape larger than the shape MaxPool's geometry implies, the indices are read against
+    output_shape, as onnxruntime and PyTorch do -- unless they only make sense against the implied shape
+    (an index outside its own pooling window when read against output_shape but inside it when read against
+    the implied shape), in which case they are decoded there and the result sits in the leading corner of
+    output_shape, as in the ONNX specification's example.
+    """
     op = "MaxUnpool"
     check_rank(X, op, "X")
     n = X.ndim - 2
@@ -297,18 +321,25 @@ def max_unpool(X, I, output_shape=None, *, kernel_shape=None, pads=None, strides
     I = np.asarray(I)
     if I.shape != X.shape:
         raise ValueError(f"{op}: indices shape {I.shape} differs from X shape {X.shape}")
+    implied = list(X.shape[:2]) + [(i - 1) * s + k - b - e for i, s, k, b, e in zip(X.shape[2:], st, ks, pb, pe)]
+    shape = implied
     if output_shape is not None and np.asarray(output_shape).size > 0:
         shape = [int(v) for v in np.asarray(output_shape).reshape(-1)]
         if len(shape) != X.ndim:
             raise ValueError(f"{op}: output_shape {shape} must have rank {X.ndim}")
-    else:
-        shape = list(X.shape[:2]) + [(i - 1) * s + k - b - e
-                                     for i, s, k, b, e in zip(X.shape[2:], st, ks, pb, pe)]
     check_alloc(shape, X.dtype, f"{op} output")
     total = prod(shape)
     idx = I.reshape(-1).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= total):
         raise ValueError(f"{op}: index out of range for output shape {shape}")
-    out = np.zeros(total, dtype=X.dtype)
-    out[idx] = X.reshape(-1)
-    return out.reshape(shape)
+    out = np.zeros(shape, dtype=X.dtype)
+    if (shape != implied and idx.size and shape[:2] == implied[:2] and min(implied) > 0
+            and all(a >= b for a, b in zip(shape[2:], implied[2:])) and idx.max() < prod(implied)
+            and not _unpool_indices_fit(idx.reshape(I.shape), shape, ks, st, pb)
+            and _unpool_indices_fit(idx.reshape(I.shape), implied, ks, st, pb)):
+        corner = np.zeros(implied, dtype=X.dtype)
+        corner.reshape(-1)[idx] = X.reshape(-1)
+        out[tuple(slice(0, d) for d in implied)] = corner
+        return out
+    out.reshape(-1)[idx] = X.reshape(-1)
+    return out

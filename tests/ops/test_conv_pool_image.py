@@ -223,6 +223,40 @@ def test_maxunpool_roundtrip():
     check("MaxUnpool", [y, idx, Init(np.array([1, 2, 5, 5]))], {"kernel_shape": [2, 2], "strides": [2, 2]}, opset=11)
 
 
+def _unpool(x, idx, out_shape, **attrs):
+    data, feeds = _model("MaxUnpool", [x, idx, Init(np.array(out_shape))], 1, 11, attrs)
+    return onnxpy.InferenceSession(data).run(None, feeds)[0]
+
+
+def test_maxunpool_indices_of_the_implied_shape():
+    # Indices that only fit their pooling windows when read against the implied 4x4 shape (the ONNX spec's
+    # example) are decoded there and land in the leading corner of the larger output_shape.
+    x = np.array([[[[5, 6], [7, 8]]]], np.float32)
+    got = _unpool(x, np.array([[[[5, 7], [13, 15]]]]), [1, 1, 5, 5], kernel_shape=[2, 2], strides=[2, 2])
+    want = np.zeros((1, 1, 5, 5), np.float32)
+    want[0, 0, 1, 1], want[0, 0, 1, 3], want[0, 0, 3, 1], want[0, 0, 3, 3] = 5, 6, 7, 8
+    np.testing.assert_array_equal(got, want)
+    # the same values with indices MaxPool computes on a 5x5 input: read against output_shape
+    got = _unpool(x, np.array([[[[6, 8], [16, 18]]]]), [1, 1, 5, 5], kernel_shape=[2, 2], strides=[2, 2])
+    np.testing.assert_array_equal(got, want)
+    # indices that fit neither reading keep onnxruntime's (output_shape) reading
+    got = _unpool(x, np.array([[[[0, 1], [2, 3]]]]), [1, 1, 5, 5], kernel_shape=[2, 2], strides=[2, 2])
+    np.testing.assert_array_equal(got.reshape(-1)[:4], [5, 6, 7, 8])
+
+
+@pytest.mark.parametrize("shape,pads", [((2, 3, 7, 6), [0, 0, 0, 0]), ((1, 2, 6, 7), [1, 1, 0, 0]),
+                                        ((2, 2, 9), [1, 1])])
+def test_maxunpool_after_maxpool_matches_onnxruntime(shape, pads):
+    x = rand(*shape)
+    nd = len(shape) - 2
+    attrs = {"kernel_shape": [3] * nd, "strides": [2] * nd, "pads": pads}
+    data, feeds = _model("MaxPool", [x], 2, 12, attrs)
+    y, idx = onnxpy.InferenceSession(data).run(None, feeds)
+    got = check("MaxUnpool", [y, idx, Init(np.array(shape))], attrs, opset=11)[0]
+    # unpooling puts every pooled maximum back where it was
+    np.testing.assert_array_equal(got.reshape(-1)[idx.reshape(-1)], y.reshape(-1))
+
+
 # ----------------------------------------------------------------------------------------------------- Resize
 
 
