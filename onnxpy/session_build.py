@@ -42,6 +42,10 @@ class SessionState:
             proto, base_dir = read_model_proto(source)
             model = model_from_proto(proto, base_dir)
         self._apply_initializer_overrides(model)
+        if 0 < (model.ir_version or 0) < 4:
+            # Before IR 4 every initializer is listed among the graph inputs, yet (as in onnxruntime) it is a
+            # constant, not an overridable input: it can be folded, and feeding it is an invalid input name.
+            model.graph.inputs = [v for v in model.graph.inputs if v.name not in model.graph.initializers]
         source_proto = getattr(model, "proto", None)
         from .ir.validate import check_arity
         from .optimizer.gradient import lower_gradients

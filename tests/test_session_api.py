@@ -452,3 +452,27 @@ def test_sparse_tensor_feeds_like_onnxruntime():
     v = ort.OrtValue.ort_value_from_sparse_tensor(coo)
     assert v.is_sparse_tensor() and v.as_sparse_tensor() is coo
     np.testing.assert_array_equal(s.run(None, {"X": v})[0], dense)
+
+
+def test_ir3_initializers_are_constants_not_overridable(tmp_path):
+    # Before IR 4 every initializer is also listed as a graph input, yet it is a constant (onnxruntime's reading):
+    # not among the inputs or the overridable initializers, not feedable, and free to be folded.
+    w = numpy_helper.from_array(np.full((2, 2), 3.0, np.float32), "w")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 2]),
+                           helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 2])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 3
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    s = ort.InferenceSession(m.SerializeToString(), so)
+    assert [i.name for i in s.get_inputs()] == ["x"]
+    assert s.get_overridable_initializers() == []
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], x + 3)
+    with pytest.raises(InvalidArgument, match="Invalid input name: w"):
+        s.run(None, {"x": x, "w": x})
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    onnx.checker.check_model(saved)  # IR 3 still lists its initializers among the inputs
+    np.testing.assert_array_equal(ort.InferenceSession(saved.SerializeToString()).run(None, {"x": x})[0], x + 3)

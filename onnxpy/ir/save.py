@@ -93,6 +93,11 @@ def model_to_proto(m: Model) -> onnx.ModelProto:
         opsets.append(helper.make_opsetid(d, 1))
     p = helper.make_model(graph_to_proto(m.graph), opset_imports=opsets)
     p.ir_version = max(m.ir_version, 3) if m.ir_version else onnx.IR_VERSION
+    if p.ir_version < 4:  # IR 3: every initializer must also be a graph input (a constant one, at this version)
+        listed = {v.name for v in p.graph.input}
+        p.graph.input.extend(helper.make_tensor_value_info(k, dtypes.from_numpy(v.dtype), list(v.shape))
+                             for k, v in m.graph.initializers.items()
+                             if k not in listed and isinstance(v, np.ndarray))
     p.producer_name = m.producer_name
     p.producer_version = m.producer_version
     p.domain = m.domain
