@@ -11,6 +11,7 @@ the outputs; then the geometric mean of the ratios.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import math
 import os
@@ -116,8 +117,12 @@ def main(argv=None) -> int:
         child(rt, mp, fp, op, int(runs), int(thr), int(lvl), float(bud))
         return 0
 
+    import onnxpy
     from onnxpy.testing import corpus
 
+    # A pip-installed onnxpy has its bytecode compiled at install time; an editable install (or
+    # PYTHONDONTWRITEBYTECODE) would otherwise charge the compilation of every module to session creation.
+    compileall.compile_dir(os.path.dirname(onnxpy.__file__), quiet=1)
     ctx = corpus.Ctx(cache=args.cache or corpus.default_cache())
     rx = re.compile(args.only)
     rows = []
@@ -164,6 +169,12 @@ def main(argv=None) -> int:
     if ratios:
         gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"geometric mean onnxpy/onnxruntime over {len(ratios)} models: {gm:.2f}")
+        for key, label in (("create_ms", "session creation"), ("peak_rss_mb", "peak RSS")):
+            rr = [r["onnxpy"][key] / r["onnxruntime"][key] for r in rows
+                  if key in r["onnxpy"] and r["onnxruntime"].get(key)]
+            if rr:
+                print(f"{label} onnxpy/onnxruntime: geometric mean "
+                      f"{math.exp(sum(math.log(x) for x in rr) / len(rr)):.2f}, max {max(rr):.2f}")
         refr = [r["reference"]["median_ms"] / r["onnxpy"]["median_ms"] for r in rows
                 if "median_ms" in r.get("reference", {}) and "median_ms" in r["onnxpy"]]
         if refr:

@@ -12,10 +12,7 @@ rewrite rules do them.  Every replacement is a standard ONNX op, so a model save
 * CommonSubexpressionElimination: nodes with the same op, domain, attributes and inputs computed once
   (random ops and nodes with subgraphs excluded)
 * FuseReluClip: Clip(Relu(x), min, max) -> Clip(x, max(0, min), max)
-* ConvAddFusion / ConvMulFusion: Conv(const W, B) -> Add/Mul by a per-channel or scalar constant -> Conv(W', B')
-* MatMulScaleFusion (basic form): MatMul(x, const W) -> Mul/Div by a constant over the last dim -> MatMul(x, W')
-* ConstantFolding (shape part): Shape(x) where x's declared shape is static -> initializer; Gather of static dims
-  out of Shape(x) -> initializer
+* ConvAddFusion, ConvMulFusion, MatMulScaleFusion, ConstantFolding's shape part: see fusions_const.py
 """
 
 from __future__ import annotations
@@ -25,103 +22,17 @@ import numpy as np
 from .. import dtypes
 from ..ir.model import Node
 from .fusions import SweepPass, _is
-from .graph_utils import consumers, graph_output_names, rename_uses, subgraphs
+from .fusions_const import ConvAddFusion, ConvMulFusion, MatMulScaleFoldFusion, ShapeFolding
+from .graph_types import _const, _ints, declared_dims, elem_types, static_shape
+from .graph_utils import graph_output_names, rename_uses, subgraphs
 from .passes import NONDETERMINISTIC, Pass
 
-_SAME_TYPE_OPS = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Add", "Sub", "Mul", "Div", "Pow",
-                  "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Slice", "Gather", "Concat",
-                  "Identity", "Dropout", "Softmax", "LayerNormalization", "MatMul", "Gemm", "Conv", "Erf", "Clip",
-                  "LeakyRelu", "Max", "Min", "ReduceMean", "ReduceSum", "Where", "Tile", "Pad", "Reciprocal",
-                  "ReduceMax", "ReduceMin", "Resize", "MaxPool", "AveragePool", "GlobalAveragePool",
-                  "BatchNormalization", "Selu", "Elu", "HardSigmoid", "Softplus", "Gelu", "Sin", "Cos", "Floor",
-                  "Ceil", "Round", "CumSum", "Einsum", "GatherElements", "GatherND", "ScatterND", "Trilu"}
-_MS_SAME_TYPE_OPS = {"SkipLayerNormalization", "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "MultiHeadAttention",
-                     "FusedMatMul", "FusedGemm", "FusedConv", "Attention", "SkipSimplifiedLayerNormalization"}
 _UNARY_ELEMENTWISE = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "LeakyRelu", "Elu",
                       "Selu", "HardSigmoid", "Softplus", "Softsign", "Ceil", "Floor", "Round", "Sign", "Reciprocal",
                       "Sin", "Cos", "Not", "IsNaN", "Gelu", "Celu", "ThresholdedRelu", "HardSwish", "Mish"}
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-def elem_types(g) -> dict:
-    """value name -> ONNX element type, where it can be told without running anything."""
-    out = {}
-    for v in list(g.inputs) + list(g.outputs) + list(g.value_info.values()):
-        if v.type is not None and v.type.kind == "tensor" and v.type.elem_type:
-            out[v.name] = v.type.elem_type
-    for k, a in g.initializers.items():
-        if isinstance(a, np.ndarray) and a.dtype != object:
-            try:
-                out[k] = dtypes.from_numpy(a.dtype)
-            except Exception:  # noqa: BLE001 - exotic dtype: type unknown
-                pass
-    for n in g.nodes:
-        if not n.outputs or not n.outputs[0] or n.outputs[0] in out:
-            continue
-        if n.domain == "com.microsoft" and n.op_type in _MS_SAME_TYPE_OPS and n.inputs and n.inputs[0] in out:
-            out[n.outputs[0]] = out[n.inputs[0]]
-            continue
-        if n.domain not in ("", "ai.onnx"):
-            continue
-        if n.op_type == "Split" and n.inputs and n.inputs[0] in out:
-            for o in n.outputs:
-                if o:
-                    out[o] = out[n.inputs[0]]
-            continue
-        if n.op_type == "Cast" and isinstance(n.attrs.get("to"), int):  # Cast-1 may name the type as a string
-            out[n.outputs[0]] = n.attrs["to"]
-        elif n.op_type in ("Shape", "Size", "ArgMax", "ArgMin", "NonZero"):
-            out[n.outputs[0]] = 7
-        elif n.op_type == "QuantizeLinear":
-            zp = n.inputs[2] if len(n.inputs) > 2 else ""
-            out[n.outputs[0]] = out.get(zp) if zp else int(n.attrs.get("output_dtype", 0) or 2)
-        elif n.op_type == "DequantizeLinear" and len(n.inputs) > 1 and n.inputs[1] in out:
-            out[n.outputs[0]] = out[n.inputs[1]]
-        elif n.op_type == "Where" and len(n.inputs) > 1 and n.inputs[1] in out:
-            out[n.outputs[0]] = out[n.inputs[1]]
-        elif n.op_type in _SAME_TYPE_OPS and n.inputs and n.inputs[0] in out:
-            out[n.outputs[0]] = out[n.inputs[0]]
-    return out
-
-
-def static_shape(ctx, g, name):
-    """The shape of ``name`` as a tuple of ints when it is fully known (initializer or declared type), else None."""
-    a = g.initializers.get(name)
-    if isinstance(a, np.ndarray):
-        return tuple(a.shape)
-    t = ctx.value_type(g, name)
-    if t is None:
-        for o in g.outputs:
-            if o.name == name:
-                t = o.type
-    if t is None or t.kind != "tensor" or t.shape is None:
-        return None
-    if all(isinstance(d, int) and d >= 0 for d in t.shape):
-        return tuple(t.shape)
-    return None
-
-
-def declared_dims(ctx, g, name):
-    """The declared dims (int | str | None each) or None when the rank is unknown."""
-    a = g.initializers.get(name)
-    if isinstance(a, np.ndarray):
-        return tuple(a.shape)
-    t = ctx.value_type(g, name)
-    if t is None or t.kind != "tensor" or t.shape is None:
-        return None
-    return tuple(t.shape)
-
-
-def _const(g, name):
-    v = g.initializers.get(name) if name else None
-    return v if isinstance(v, np.ndarray) else None
-
-
-def _ints(g, name):
-    v = _const(g, name)
-    return None if v is None or v.dtype.kind not in "iu" else [int(x) for x in v.reshape(-1)]
-
-
 def _attr_or_input_ints(g, n, attr, idx):
     """An int list given as attribute (old opsets) or constant input ``idx`` (new); None when neither/unknown."""
     if attr in n.attrs:
@@ -427,164 +338,6 @@ class FuseReluClip(SweepPass):
     @staticmethod
     def _new_style(ctx):
         return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 11)) >= 11
-
-
-# ------------------------------------------------------------------------------------------- Conv/MatMul consts
-def _per_channel(c, out_rank, channels):
-    """``c`` (a constant broadcast against a (N, C, spatial...) tensor) as a length-C vector, or None."""
-    if c.ndim > out_rank:
-        return None
-    if c.size == 1:
-        return np.full(channels, c.reshape(-1)[0], c.dtype)
-    shp = (1,) * (out_rank - c.ndim) + tuple(c.shape)
-    if shp[1] != channels or any(d != 1 for i, d in enumerate(shp) if i != 1):
-        return None
-    return c.reshape(-1)
-
-
-class _ConvConst(SweepPass):
-    op = "Add"
-
-    def wants(self, node):
-        return _is(node, self.op)
-
-    def rewrite(self, n, m, g, ctx):
-        if len(n.inputs) != 2:
-            return False
-        conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
-        if conv is None or not m.single_use(conv.outputs[0]):
-            return False
-        cname = m.other_input(n, conv.outputs[0])
-        c, w = _const(g, cname), _const(g, conv.inputs[1])
-        b = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
-        if c is None or w is None or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
-            return False
-        if w.dtype.kind != "f" or c.dtype != w.dtype:
-            return False
-        vec = _per_channel(c, w.ndim, w.shape[0])
-        if vec is None:
-            return False
-        b0 = b if b is not None else np.zeros(w.shape[0], w.dtype)
-        if self.op == "Add":
-            w2, b2 = None, (b0 + vec).astype(w.dtype)
-        else:
-            w2 = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-            b2 = (b0 * vec).astype(w.dtype) if b is not None else None
-        ins = [conv.inputs[0], conv.inputs[1]]
-        if w2 is not None:
-            ins[1] = ctx.fresh(conv.inputs[1] + "_" + self.op.lower())
-            g.initializers[ins[1]] = w2
-        if b2 is not None:
-            bn = ctx.fresh((conv.inputs[2] if b is not None else conv.outputs[0] + "_B") + "_" + self.op.lower())
-            g.initializers[bn] = b2
-            ins.append(bn)
-        conv.inputs = ins
-        conv.outputs = [n.outputs[0]]
-        g.nodes.remove(n)
-        return True
-
-
-class ConvAddFusion(_ConvConst):
-    name = "ConvAddFusion"
-    level = 1
-    op = "Add"
-
-
-class ConvMulFusion(_ConvConst):
-    name = "ConvMulFusion"
-    level = 1
-    op = "Mul"
-
-
-class MatMulScaleFoldFusion(SweepPass):
-    """MatMul(x, const W) -> Mul(c) / Div(c) with c constant over the output's last dim only -> MatMul(x, W*c)."""
-
-    name = "MatMulScaleFusion"
-    level = 1
-    anchors = ("Mul", "Div")
-
-    def rewrite(self, n, m, g, ctx):
-        if len(n.inputs) != 2:
-            return False
-        cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
-        mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
-        if mm is None or not m.single_use(mm.outputs[0]):
-            return False
-        cname = m.other_input(n, mm.outputs[0])
-        c, w = _const(g, cname), _const(g, mm.inputs[1])
-        if c is None or w is None or w.ndim != 2 or w.dtype.kind != "f" or c.dtype != w.dtype:
-            return False
-        if w.dtype.itemsize < 4:  # float16: the folded product rounds differently from the Mul it replaces
-            return False
-        if c.size != 1 and (c.ndim > 2 or c.shape[-1] != w.shape[1] or c.size != w.shape[1]):
-            return False
-        if c.ndim == 2:
-            dims = declared_dims(ctx, g, mm.inputs[0])
-            if dims is None or len(dims) < 2:
-                return False  # a 2-D c would raise the rank of a 1-D product
-        vec = c.reshape(-1)
-        if n.op_type == "Div":
-            if np.any(vec == 0):
-                return False
-            w2 = (w / vec).astype(w.dtype)
-        else:
-            w2 = (w * vec).astype(w.dtype)
-        if c.size == 1 and c.ndim > 0:
-            dims = declared_dims(ctx, g, mm.inputs[0])
-            if dims is None or len(dims) < c.ndim:
-                return False
-        wn = ctx.fresh(mm.inputs[1] + "_scaled")
-        g.initializers[wn] = w2
-        mm.inputs = [mm.inputs[0], wn]
-        mm.outputs = [n.outputs[0]]
-        g.nodes.remove(n)
-        return True
-
-
-# ----------------------------------------------------------------------------------------------- Shape folding
-class ShapeFolding(Pass):
-    """Part of constant folding: the value of Shape(x) (or of Gather over it) when x's declared dims are known."""
-
-    name = "ConstantFolding"
-    level = 1
-
-    def apply(self, g, ctx):
-        done = 0
-        outs = graph_output_names(g) | ctx.protected
-        cons = consumers(g)
-        for n in list(g.nodes):
-            if not _is(n, "Shape") or n.outputs[0] in outs:
-                continue
-            dims = declared_dims(ctx, g, n.inputs[0])
-            if dims is None:
-                continue
-            r = len(dims)
-            start, end = int(n.attrs.get("start", 0)), n.attrs.get("end")
-            start = min(max(start + r if start < 0 else start, 0), r)
-            end = r if end is None else int(end)
-            end = min(max(end + r if end < 0 else end, 0), r)
-            sel = list(dims[start:end])
-            if all(isinstance(d, int) and d >= 0 for d in sel):
-                g.initializers[n.outputs[0]] = np.array(sel, np.int64)
-                g.nodes.remove(n)
-                done += 1
-                continue
-            for gat in cons.get(n.outputs[0], []):
-                if not _is(gat, "Gather") or gat.inputs[0] != n.outputs[0] or gat.attrs.get("axis", 0) != 0 \
-                        or gat.outputs[0] in outs:
-                    continue
-                idx = _const(g, gat.inputs[1])
-                if idx is None or idx.dtype.kind not in "iu":
-                    continue
-                flat = idx.reshape(-1).astype(np.int64)
-                if np.any(flat < -len(sel)) or np.any(flat >= len(sel)):
-                    continue
-                vals = [sel[int(i)] for i in flat]
-                if all(isinstance(d, int) and d >= 0 for d in vals):
-                    g.initializers[gat.outputs[0]] = np.array(vals, np.int64).reshape(idx.shape)
-                    g.nodes.remove(gat)
-                    done += 1
-        return done
 
 
 MISC_PASSES: list = [

@@ -19,9 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.model import Node
-from .fusions import MS, _is, _Matcher
-from .fusions_misc import elem_types
-from .passes import Pass
+from .fusions import MS, SweepPass, _is
+from .graph_types import elem_types
 
 _Q8 = (2, 3)  # uint8, int8
 _NP8 = {2: np.uint8, 3: np.int8}
@@ -43,7 +42,7 @@ class _Unit:
         self.axis, self.per_channel = axis, per_channel
 
 
-class _QDQBase(Pass):
+class _QDQBase(SweepPass):
     name = "QDQSelectorActionTransformer"
     level = 2
 
@@ -94,10 +93,18 @@ class _QDQBase(Pass):
         g.initializers[name] = np.zeros(shape, _NP8[u.qtype])
         return name
 
+    def begin(self, g, ctx):
+        return elem_types(g)  # refreshed in place after each fusion (see _retype)
+
     def apply(self, g, ctx):
         if qdq_disabled(ctx):
             return 0
-        return self._apply(g, ctx)
+        return super().apply(g, ctx)
+
+    @staticmethod
+    def _retype(g, types):
+        types.clear()
+        types.update(elem_types(g))
 
 
 def _same_qparams(g, a: _Unit, b: _Unit) -> bool:
@@ -117,53 +124,42 @@ class QDQDropMovement(_QDQBase):
     OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather", "Expand", "Tile",
            "MaxPool", "Concat", "GatherElements", "DepthToSpace", "SpaceToDepth"}
 
-    def _apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for op in list(g.nodes):
-            if op.domain not in ("", "ai.onnx") or op.op_type not in self.OPS or op not in g.nodes:
-                continue
-            if len([o for o in op.outputs if o]) != 1 or (op.op_type == "MaxPool" and len(op.outputs) > 1):
-                continue
-            q = self._q(g, m, types, op.outputs[0])
-            if q is None:
-                continue
-            data_idx = range(len(op.inputs)) if op.op_type == "Concat" else [0]
-            units = [self._dq(g, m, types, op.inputs[i]) for i in data_idx]
-            if any(u is None or not _same_qparams(g, u, q) for u in units):
-                continue
-            if op.op_type == "MaxPool" and (ctx.model.opsets.get("", 0) < 12 or
-                                             float(g.initializers[q.scale].reshape(-1)[0]) <= 0):
-                continue
-            ins = list(op.inputs)
-            for i, u in zip(data_idx, units):
-                ins[i] = u.q
-            g.nodes[g.nodes.index(q.node)] = Node(op.op_type, op.domain, ins, [q.q], dict(op.attrs), op.name)
-            g.nodes.remove(op)
-            done += 1
-            m = _Matcher(g, ctx)
-        return done
+    def wants(self, op):
+        return op.domain in ("", "ai.onnx") and op.op_type in self.OPS
+
+    def rewrite(self, op, m, g, ctx):
+        types = m.sweep
+        if len([o for o in op.outputs if o]) != 1 or (op.op_type == "MaxPool" and len(op.outputs) > 1):
+            return False
+        q = self._q(g, m, types, op.outputs[0])
+        if q is None:
+            return False
+        data_idx = range(len(op.inputs)) if op.op_type == "Concat" else [0]
+        units = [self._dq(g, m, types, op.inputs[i]) for i in data_idx]
+        if any(u is None or not _same_qparams(g, u, q) for u in units):
+            return False
+        if op.op_type == "MaxPool" and (ctx.model.opsets.get("", 0) < 12 or
+                                         float(g.initializers[q.scale].reshape(-1)[0]) <= 0):
+            return False
+        ins = list(op.inputs)
+        for i, u in zip(data_idx, units):
+            ins[i] = u.q
+        g.nodes[g.nodes.index(q.node)] = Node(op.op_type, op.domain, ins, [q.q], dict(op.attrs), op.name)
+        g.nodes.remove(op)
+        return True
 
 
 class QDQFusion(_QDQBase):
     """Conv / MatMul / Add / Mul / Gemm node units -> QLinear* / MatMulIntegerToFloat / QGemm."""
 
-    def _apply(self, g, ctx):
-        done = 0
-        m = _Matcher(g, ctx)
-        types = elem_types(g)
-        for op in list(g.nodes):
-            if op not in g.nodes or op.domain not in ("", "ai.onnx"):
-                continue
-            fn = getattr(self, "_" + op.op_type.lower(), None)
-            if op.op_type not in ("Conv", "MatMul", "Add", "Mul", "Gemm") or fn is None:
-                continue
-            if fn(g, ctx, m, types, op):
-                done += 1
-                m = _Matcher(g, ctx)
-                types = elem_types(g)
-        return done
+    def wants(self, op):
+        return op.domain in ("", "ai.onnx") and op.op_type in ("Conv", "MatMul", "Add", "Mul", "Gemm")
+
+    def rewrite(self, op, m, g, ctx):
+        if getattr(self, "_" + op.op_type.lower())(g, ctx, m, m.sweep, op):
+            self._retype(g, m.sweep)
+            return True
+        return False
 
     def _bias_int32(self, g, m, name, a: _Unit, b: _Unit):
         """The int32 quantized bias behind DQ(name) with scale a_scale*b_scale and zero point 0, or None."""

@@ -11,33 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.model import Node
-from .fusions import _is, _Matcher
-from .fusions_misc import elem_types
-from .passes import Pass
+from .fusions import SweepPass, _is
+from .graph_types import elem_types
 
 MS = "com.microsoft"
 _FLOAT = 1
 _F32_MAX = float(np.finfo(np.float32).max)
-
-
-# ops whose output 0 has the element type of input 0 (enough to type the activations of a CNN)
-_SAME_TYPE = {"Conv", "ConvTranspose", "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
-              "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN", "Add",
-              "Sub", "Mul", "Div", "Sum", "Max", "Min", "Concat", "Reshape", "Flatten", "Transpose", "Squeeze",
-              "Unsqueeze", "Pad", "Dropout", "Identity", "Softmax", "Resize", "Upsample", "Split", "Slice",
-              "InstanceNormalization", "Elu", "Selu", "PRelu", "Gemm", "MatMul", "Neg", "Abs", "Sqrt", "Exp"}
-
-
-def _types(g):
-    """elem_types plus forward propagation through type-preserving ops (light models declare no value_info)."""
-    out = elem_types(g)
-    for n in g.nodes:
-        same = n.op_type in _SAME_TYPE if n.domain in ("", "ai.onnx") else (n.domain == MS and n.op_type == "FusedConv")
-        if same and n.inputs and n.inputs[0] in out:
-            for o in n.outputs[:1] if n.op_type not in ("Split",) else n.outputs:
-                if o and o not in out:
-                    out[o] = out[n.inputs[0]]
-    return out
 
 
 def _const_scalar(g, name):
@@ -70,44 +49,36 @@ def _activation(g, act, opset):
     return None
 
 
-class ConvActivationFusion(Pass):
+class ConvActivationFusion(SweepPass):
     name = "ConvActivationFusion"
     level = 2
+    anchors = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip")
 
-    def apply(self, g, ctx):
-        opset = ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
-        m = None
-        types = None
-        done = 0
-        for act in list(g.nodes):
-            if act.domain not in ("", "ai.onnx") or act.op_type not in ("Relu", "Sigmoid", "Tanh", "LeakyRelu",
-                                                                        "HardSigmoid", "Clip"):
-                continue
-            if not act.inputs or not act.inputs[0] or len(act.outputs) != 1:
-                continue
-            if m is None:
-                m = _Matcher(g, ctx)
-                types = _types(g)
-            conv = m.producer(act.inputs[0])
-            if not _is(conv, "Conv") or len(conv.outputs) != 1 or not m.single_use(conv.outputs[0]):
-                continue
-            if types.get(conv.inputs[0]) != _FLOAT and types.get(conv.outputs[0]) != _FLOAT:
-                continue
-            spec = _activation(g, act, opset)
-            if spec is None:
-                continue
-            name, params = spec
-            attrs = dict(conv.attrs)
-            attrs["activation"] = name
-            if params:
-                attrs["activation_params"] = params
-            fused = Node("FusedConv", MS, list(conv.inputs), list(act.outputs), attrs,
-                         ctx.fresh((conv.name or "conv") + "_fused"))
-            g.nodes[g.nodes.index(act)] = fused
-            g.nodes.remove(conv)
-            done += 1
-            m = None
-        return done
+    def begin(self, g, ctx):
+        return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1)), elem_types(g)
+
+    def rewrite(self, act, m, g, ctx):
+        opset, types = m.sweep
+        if not act.inputs or not act.inputs[0] or len(act.outputs) != 1:
+            return False
+        conv = m.producer(act.inputs[0])
+        if not _is(conv, "Conv") or len(conv.outputs) != 1 or not m.single_use(conv.outputs[0]):
+            return False
+        if types.get(conv.inputs[0]) != _FLOAT and types.get(conv.outputs[0]) != _FLOAT:
+            return False
+        spec = _activation(g, act, opset)
+        if spec is None:
+            return False
+        name, params = spec
+        attrs = dict(conv.attrs)
+        attrs["activation"] = name
+        if params:
+            attrs["activation_params"] = params
+        fused = Node("FusedConv", MS, list(conv.inputs), list(act.outputs), attrs,
+                     ctx.fresh((conv.name or "conv") + "_fused"))
+        g.nodes[g.nodes.index(act)] = fused
+        g.nodes.remove(conv)
+        return True
 
 
 SPEED_PASSES = [ConvActivationFusion()]

@@ -1,0 +1,169 @@
+"""Basic-level exact constant fusions (onnxruntime's level-1 rules): per-channel Add/Mul folded into a Conv,
+a constant scale folded into a MatMul's weight, and the shape part of constant folding (Shape of static dims)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fusions import SweepPass, _is
+from .graph_types import _const, declared_dims
+from .graph_utils import consumers, graph_output_names
+from .passes import Pass
+
+
+# ------------------------------------------------------------------------------------------- Conv/MatMul consts
+def _per_channel(c, out_rank, channels):
+    """``c`` (a constant broadcast against a (N, C, spatial...) tensor) as a length-C vector, or None."""
+    if c.ndim > out_rank:
+        return None
+    if c.size == 1:
+        return np.full(channels, c.reshape(-1)[0], c.dtype)
+    shp = (1,) * (out_rank - c.ndim) + tuple(c.shape)
+    if shp[1] != channels or any(d != 1 for i, d in enumerate(shp) if i != 1):
+        return None
+    return c.reshape(-1)
+
+
+class _ConvConst(SweepPass):
+    op = "Add"
+
+    def wants(self, node):
+        return _is(node, self.op)
+
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
+        if conv is None or not m.single_use(conv.outputs[0]):
+            return False
+        cname = m.other_input(n, conv.outputs[0])
+        c, w = _const(g, cname), _const(g, conv.inputs[1])
+        b = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if c is None or w is None or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
+            return False
+        if w.dtype.kind != "f" or c.dtype != w.dtype:
+            return False
+        vec = _per_channel(c, w.ndim, w.shape[0])
+        if vec is None:
+            return False
+        b0 = b if b is not None else np.zeros(w.shape[0], w.dtype)
+        if self.op == "Add":
+            w2, b2 = None, (b0 + vec).astype(w.dtype)
+        else:
+            w2 = (w * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+            b2 = (b0 * vec).astype(w.dtype) if b is not None else None
+        ins = [conv.inputs[0], conv.inputs[1]]
+        if w2 is not None:
+            ins[1] = ctx.fresh(conv.inputs[1] + "_" + self.op.lower())
+            g.initializers[ins[1]] = w2
+        if b2 is not None:
+            bn = ctx.fresh((conv.inputs[2] if b is not None else conv.outputs[0] + "_B") + "_" + self.op.lower())
+            g.initializers[bn] = b2
+            ins.append(bn)
+        conv.inputs = ins
+        conv.outputs = [n.outputs[0]]
+        g.nodes.remove(n)
+        return True
+
+
+class ConvAddFusion(_ConvConst):
+    name = "ConvAddFusion"
+    level = 1
+    op = "Add"
+
+
+class ConvMulFusion(_ConvConst):
+    name = "ConvMulFusion"
+    level = 1
+    op = "Mul"
+
+
+class MatMulScaleFoldFusion(SweepPass):
+    """MatMul(x, const W) -> Mul(c) / Div(c) with c constant over the output's last dim only -> MatMul(x, W*c)."""
+
+    name = "MatMulScaleFusion"
+    level = 1
+    anchors = ("Mul", "Div")
+
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
+        mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
+        if mm is None or not m.single_use(mm.outputs[0]):
+            return False
+        cname = m.other_input(n, mm.outputs[0])
+        c, w = _const(g, cname), _const(g, mm.inputs[1])
+        if c is None or w is None or w.ndim != 2 or w.dtype.kind != "f" or c.dtype != w.dtype:
+            return False
+        if w.dtype.itemsize < 4:  # float16: the folded product rounds differently from the Mul it replaces
+            return False
+        if c.size != 1 and (c.ndim > 2 or c.shape[-1] != w.shape[1] or c.size != w.shape[1]):
+            return False
+        if c.ndim == 2:
+            dims = declared_dims(ctx, g, mm.inputs[0])
+            if dims is None or len(dims) < 2:
+                return False  # a 2-D c would raise the rank of a 1-D product
+        vec = c.reshape(-1)
+        if n.op_type == "Div":
+            if np.any(vec == 0):
+                return False
+            w2 = (w / vec).astype(w.dtype)
+        else:
+            w2 = (w * vec).astype(w.dtype)
+        if c.size == 1 and c.ndim > 0:
+            dims = declared_dims(ctx, g, mm.inputs[0])
+            if dims is None or len(dims) < c.ndim:
+                return False
+        wn = ctx.fresh(mm.inputs[1] + "_scaled")
+        g.initializers[wn] = w2
+        mm.inputs = [mm.inputs[0], wn]
+        mm.outputs = [n.outputs[0]]
+        g.nodes.remove(n)
+        return True
+
+
+# ----------------------------------------------------------------------------------------------- Shape folding
+class ShapeFolding(Pass):
+    """Part of constant folding: the value of Shape(x) (or of Gather over it) when x's declared dims are known."""
+
+    name = "ConstantFolding"
+    level = 1
+
+    def apply(self, g, ctx):
+        done = 0
+        outs = graph_output_names(g) | ctx.protected
+        cons = consumers(g)
+        for n in list(g.nodes):
+            if not _is(n, "Shape") or n.outputs[0] in outs:
+                continue
+            dims = declared_dims(ctx, g, n.inputs[0])
+            if dims is None:
+                continue
+            r = len(dims)
+            start, end = int(n.attrs.get("start", 0)), n.attrs.get("end")
+            start = min(max(start + r if start < 0 else start, 0), r)
+            end = r if end is None else int(end)
+            end = min(max(end + r if end < 0 else end, 0), r)
+            sel = list(dims[start:end])
+            if all(isinstance(d, int) and d >= 0 for d in sel):
+                g.initializers[n.outputs[0]] = np.array(sel, np.int64)
+                g.nodes.remove(n)
+                done += 1
+                continue
+            for gat in cons.get(n.outputs[0], []):
+                if not _is(gat, "Gather") or gat.inputs[0] != n.outputs[0] or gat.attrs.get("axis", 0) != 0 \
+                        or gat.outputs[0] in outs:
+                    continue
+                idx = _const(g, gat.inputs[1])
+                if idx is None or idx.dtype.kind not in "iu":
+                    continue
+                flat = idx.reshape(-1).astype(np.int64)
+                if np.any(flat < -len(sel)) or np.any(flat >= len(sel)):
+                    continue
+                vals = [sel[int(i)] for i in flat]
+                if all(isinstance(d, int) and d >= 0 for d in vals):
+                    g.initializers[gat.outputs[0]] = np.array(vals, np.int64).reshape(idx.shape)
+                    g.nodes.remove(gat)
+                    done += 1
+        return done
