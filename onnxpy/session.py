@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 
+from .execution.memory import release_heap as _release_heap
 from .options import SessionOptions
 from .ortvalue import OrtValue
 from .providers import resolve_providers
@@ -36,9 +37,7 @@ class InferenceSession:
             self.__dict__.pop(name, None)
         if state is not None and getattr(state, "heap_tuned", False):
             del state
-            from .execution.memory import release_heap
-
-            release_heap()
+            _release_heap()
 
     def _create(self, path_or_bytes):
         from .session_build import build_session_state

@@ -7,6 +7,7 @@ External data is resolved relative to the model's folder and refused when its pa
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -70,7 +71,8 @@ def _external_path(base_dir: str | None, location: str, tensor_name: str) -> str
     return full
 
 
-def _read_external(t: TensorProto, base_dir: str | None) -> bytes:
+def _external_span(t: TensorProto, base_dir: str | None) -> tuple[str, int, int]:
+    """(file, offset, length) of a tensor's external data, checked to lie inside the model folder and the file."""
     info = {e.key: e.value for e in t.external_data}
     location = info.get("location", "")
     full = _external_path(base_dir, location, t.name)
@@ -88,9 +90,36 @@ def _read_external(t: TensorProto, base_dir: str | None) -> bytes:
             f"External data of tensor '{t.name}' (offset {offset}, length {length}) lies past the end of "
             f"'{location}' ({size} bytes)"
         )
+    return full, offset, length
+
+
+def _read_external(t: TensorProto, base_dir: str | None) -> bytes:
+    full, offset, length = _external_span(t, base_dir)
     with open(full, "rb") as f:
         f.seek(offset)
         return f.read(length)
+
+
+# Element types whose external bytes are the array itself (little-endian): read straight into the array, one copy
+# instead of three (bytes, protobuf field, array) -- the peak memory of loading a large model.
+_PLAIN = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16,
+          TensorProto.INT8: np.int8, TensorProto.UINT8: np.uint8, TensorProto.INT16: np.int16,
+          TensorProto.UINT16: np.uint16, TensorProto.INT32: np.int32, TensorProto.UINT32: np.uint32,
+          TensorProto.INT64: np.int64, TensorProto.UINT64: np.uint64, TensorProto.BOOL: np.bool_}
+
+
+def _plain_external(t: TensorProto, base_dir: str | None) -> np.ndarray | None:
+    dt = _PLAIN.get(t.data_type)
+    if dt is None or sys.byteorder != "little":
+        return None
+    full, offset, length = _external_span(t, base_dir)
+    count = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
+    if count * np.dtype(dt).itemsize != length:
+        return None  # the generic decoder reports the size mismatch
+    arr = np.fromfile(full, dtype=dt, count=count, offset=offset)
+    if arr.size != count:
+        return None
+    return arr.reshape(tuple(t.dims))
 
 
 def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:
@@ -98,6 +127,9 @@ def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:
     if any(d < 0 for d in t.dims):
         raise InvalidGraph.make(f"Tensor '{t.name}' has negative dimension(s) {list(t.dims)}")
     if t.data_location == TensorProto.EXTERNAL:
+        arr = _plain_external(t, base_dir)
+        if arr is not None:
+            return arr
         raw = _read_external(t, base_dir)
         shallow = TensorProto()
         shallow.CopyFrom(t)
