@@ -301,6 +301,25 @@ def test_external_data_and_escape(tmp_path):
         ort.InferenceSession(str(sub / "m.onnx"))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint16, np.int64, np.bool_])
+def test_external_data_every_plain_type_and_offset(tmp_path, dtype):
+    # several tensors in one file (non-zero offsets), decoded straight from the file
+    rng = np.random.default_rng(0)
+    vals = [(rng.standard_normal((3, 5)) * 10).astype(dtype) for _ in range(3)] + [np.zeros((0, 4), dtype)]
+    inits = [numpy_helper.from_array(v, f"c{i}") for i, v in enumerate(vals)]
+    nodes = [helper.make_node("Identity", [f"c{i}"], [f"y{i}"]) for i in range(len(vals))]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    outs = [helper.make_tensor_value_info(f"y{i}", elem, list(v.shape)) for i, v in enumerate(vals)]
+    m = helper.make_model(helper.make_graph(nodes, "g", [], outs, inits), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+                    size_threshold=0)
+    got = ort.InferenceSession(str(path)).run(None, {})
+    for g_, v in zip(got, vals):
+        assert g_.dtype == v.dtype and g_.shape == v.shape
+        np.testing.assert_array_equal(g_, v)
+
+
 def test_modelproto_accepted(add_model_bytes, ones23):
     s = ort.InferenceSession(onnx.load_from_string(add_model_bytes))
     assert s.run(None, {"X": ones23, "Y": ones23})[0].sum() == 12
