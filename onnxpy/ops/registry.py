@@ -83,7 +83,7 @@ def kernel(op_type: str, since: int | tuple[int, ...] | list[int] = 1, domain: s
 
     def deco(fn):
         for v in versions:
-            _REGISTRY.setdefault((dom, op_type), {})[int(v)] = _describe(fn, dom, op_type, int(v))
+            _REGISTRY.setdefault((dom, op_type), {})[int(v)] = fn  # described on first lookup (import time)
         return fn
 
     return deco
@@ -103,7 +103,12 @@ def lookup(domain: str, op_type: str, opset: int) -> KernelInfo | None:
     for v in versions:
         if v <= opset and (best is None or v > best):
             best = v
-    return None if best is None else versions[best]
+    if best is None:
+        return None
+    info = versions[best]
+    if not isinstance(info, KernelInfo):
+        info = versions[best] = _describe(info, _normalize_domain(domain), op_type, best)
+    return info
 
 
 def versions_of(domain: str, op_type: str) -> list[int]:
