@@ -119,7 +119,8 @@ def _plain_external(t: TensorProto, base_dir: str | None) -> np.ndarray | None:
     arr = np.fromfile(full, dtype=dt, count=count, offset=offset)
     if arr.size != count:
         return None
-    return arr.reshape(tuple(t.dims))
+    arr.shape = tuple(t.dims)  # in place: the array keeps owning its memory (no base), so it can be frozen
+    return arr
 
 
 def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..limits import check_alloc
+from ._shape_util import frozen
 from ._spatial import (
     check_rank,
     compute_dtype,
@@ -25,6 +28,35 @@ _DW_BLOCK_BYTES = 1 << 19
 # Depthwise convolutions with at least this many channels run channels-last (elements per row block).
 _DW_NHWC_MIN_C = 96
 _DW_NHWC_BLOCK = 1 << 16
+# Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
+_GEMM_COLS_BLOCK = 1 << 20
+# Derived weight layouts of constant (frozen) filters, keyed by identity and checked through weak references.
+_WCACHE: dict = {}
+_WCACHE_MAX = 512
+
+
+def _derived(tag, arrays, make):
+    """``make()``, cached while every array in ``arrays`` (None allowed) is a frozen ndarray.
+
+    The entry holds weak references to the arrays, so a recycled id never returns a stale layout; writeable arrays
+    (whose content may change between calls) are never cached; ``arrays`` all None: no caching."""
+    live = [a for a in arrays if a is not None]
+    if not live or not all(frozen(a) for a in live):
+        return make()
+    key = (tag,) + tuple(None if a is None else id(a) for a in arrays)
+    hit = _WCACHE.get(key)
+    if hit is not None and all(r() is a for r, a in zip(hit[0], live)):
+        return hit[1]
+    res = make()
+    try:
+        refs = tuple(weakref.ref(a) for a in live)
+    except TypeError:
+        return res
+    if len(_WCACHE) >= _WCACHE_MAX:
+        _WCACHE.clear()
+    res.flags.writeable = False
+    _WCACHE[key] = (refs, res)
+    return res
 
 
 def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
@@ -103,7 +135,7 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
     return out
 
 
-def _conv2d_shifted(x, w, pb, pe, dilations, out_shape):
+def _conv2d_shifted(x, w, pb, pe, dilations, out_shape, B=None):
     """Stride-1 2-D convolution without im2col: one GEMM per kernel tap, accumulated in place.
 
     The input is zero-padded into a (C, Hp + 1, Wp) buffer and flattened; tap (i, j) then reads the contiguous
@@ -134,6 +166,8 @@ def _conv2d_shifted(x, w, pb, pe, dilations, out_shape):
                     np.matmul(wk[i, j], xf[b, :, off:off + L], out=tmp)
                     ab += tmp
     res = acc.reshape(N, M, Ho, Wp)
+    if B is not None:  # crop and bias in one pass
+        return np.add(res[..., :Wo], B.reshape(M, 1, 1), out=np.empty((N, M, Ho, Wo), dtype=res.dtype))
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 
 
@@ -146,7 +180,142 @@ def _flat_padded(x, pb, pe):
     return xp.reshape(N, C, (Hp + 1) * Wp), Wp
 
 
-def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
+def _polyphase(x, pb, pe, sh, sw):
+    """The zero-padded x split into its sh*sw stride phases: (sh*sw, N, C, Hq*Wq) with phase (a, b) holding padded
+    rows a::sh and columns b::sw (plus one zero row at the end), and Wq.  A stride-(sh, sw) window tap then reads
+    one phase at a fixed offset, contiguously."""
+    N, C, H, W = x.shape
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    Hq, Wq = -(-Hp // sh) + 1, -(-Wp // sw)
+    ph = np.zeros((sh, sw, N, C, Hq, Wq), dtype=x.dtype)
+    for a in range(sh):
+        q0 = max(0, -(-(pb[0] - a) // sh))  # first phase row that lies inside x
+        r0 = q0 * sh + a - pb[0]
+        if r0 >= H:
+            continue
+        nr = (H - 1 - r0) // sh + 1
+        for b in range(sw):
+            p0 = max(0, -(-(pb[1] - b) // sw))
+            c0 = p0 * sw + b - pb[1]
+            if c0 >= W:
+                continue
+            nc = (W - 1 - c0) // sw + 1
+            ph[a, b, :, :, q0:q0 + nr, p0:p0 + nc] = x[:, :, r0::sh, c0::sw]
+    return ph.reshape(sh * sw, N, C, Hq * Wq), Wq
+
+
+def _gemm_layout(w, B, group, wkey, P):
+    """(weights (group, Mg, K [+ 1]), bias folded?) for the GEMM paths.  Constant filters get the bias folded in
+    as a last column (cached); for writeable ones the column is only built when copying the filter is cheaper
+    than a bias pass over the P output positions, else the plain (copy-free) filter view is used."""
+    if B is None:
+        return w.reshape(group, w.shape[0] // group, w[0].size), False
+    live = [a for a in wkey if a is not None]
+    if live and all(frozen(a) for a in live):
+        return _derived(("gemm", group, w.dtype.str), wkey, lambda: _gemm_weights(w, B, group)), True
+    if w[0].size <= 2 * P:
+        return _gemm_weights(w, B, group), True
+    return w.reshape(group, w.shape[0] // group, w[0].size), False
+
+
+def _gemm_weights(w, B, group):
+    """Filter (M, Cg, *K) as (group, Mg, Cg*prod(K) [+ 1]) with the bias as a last column when given (it multiplies
+    a row of ones in the column buffer)."""
+    M = w.shape[0]
+    Mg = M // group
+    k = w[0].size
+    wr = np.empty((group, Mg, k + (B is not None)), dtype=w.dtype)
+    wr[:, :, :k] = w.reshape(group, Mg, k)
+    if B is not None:
+        wr[:, :, k] = B.reshape(group, Mg)
+    return wr
+
+
+def _conv1x1(x, w, B, group, wkey):
+    """Pointwise convolution (N, C, *S) -> (N, M, *S): one (grouped) GEMM into the output.  The bias rides in the
+    GEMM on a row of ones when the output has at least as many channels as the input (copying the input is then
+    cheaper than a separate pass over the output), else it is added in place."""
+    N, C = x.shape[:2]
+    M = w.shape[0]
+    Cg, Mg = C // group, M // group
+    P = x[0, 0].size
+    out = np.empty((N, M) + x.shape[2:], dtype=x.dtype)
+    of = out.reshape(N, group, Mg, P)
+    xg = x.reshape(N, group, Cg, P)
+    wr, folded = _gemm_layout(w, B, group, wkey, P) if B is not None and M >= C else (None, False)
+    if folded:
+        cols = np.empty((group, Cg + 1, P), dtype=x.dtype)
+        cols[:, Cg] = 1
+        for n in range(N):
+            cols[:, :Cg] = xg[n]
+            np.matmul(wr, cols, out=of[n])
+        return out
+    np.matmul(w.reshape(group, Mg, Cg), xg, out=of)
+    if B is not None:
+        out.reshape(N, M, P)[...] += B.reshape(M, 1)
+    return out
+
+
+def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(None, None)):
+    """2-D convolution as one GEMM per block of output rows, written straight into the output, with the bias
+    folded into the GEMM as a row of ones.
+
+    The column block is copied from one strided window view of the zero-padded image; strided kernels with many
+    taps first split the image into its stride phases (``_polyphase``), so each tap copies a window of one phase
+    whose rows are contiguous (strided element reads are slower; the split pays off when each phase is read by
+    several taps)."""
+    N, C = x.shape[:2]
+    M, Cg, KH, KW = w.shape
+    Mg = M // group
+    Ho, Wo = out_shape
+    sh, sw = strides
+    dh, dw = dilations
+    dt = x.dtype
+    T = KH * KW
+    P = Ho * Wo
+    wr, folded = _gemm_layout(w, B, group, wkey, N * P)
+    Kg = wr.shape[2]
+    # blocks of >= ~2048 columns (GEMM efficiency) and about _GEMM_COLS_BLOCK elements (cache), within the limit
+    rows = max(-(-2048 // Wo), _GEMM_COLS_BLOCK // max(1, group * Kg * Wo))
+    rows = max(1, min(Ho, rows, _COLS_LIMIT // max(1, group * Kg * Wo)))
+    cols = np.empty((group, Kg, rows * Wo), dtype=dt)
+    if folded:
+        cols[:, -1] = 1
+    out = np.empty((N, M, Ho, Wo), dtype=dt)
+    of = out.reshape(N, group, Mg, P)
+    if (sh == 1 and sw == 1) or T < 16:
+        xp = pad_array(x, pb, pe, 0)
+        view = windows(xp, (KH, KW), strides, dilations, out_shape)  # (N, C, KH, KW, Ho, Wo)
+        phases = None
+    else:
+        phases, Wq = _polyphase(x, pb, pe, sh, sw)
+        Hq = phases.shape[-1] // Wq
+        phases = phases.reshape(sh * sw, N, C, Hq, Wq)
+        taps = []
+        for i in range(KH):
+            qi, a = divmod(i * dh, sh)
+            for j in range(KW):
+                qj, b = divmod(j * dw, sw)
+                taps.append((a * sw + b, qi, qj))
+    for n in range(N):
+        for r0 in range(0, Ho, rows):
+            r1 = min(Ho, r0 + rows)
+            h = r1 - r0
+            c = cols[:, :, :h * Wo]
+            dst = c[:, :Cg * T].reshape(group, Cg, KH, KW, h, Wo)
+            if phases is None:
+                dst[...] = view[n, :, :, :, r0:r1].reshape(group, Cg, KH, KW, h, Wo)
+            else:
+                dst = dst.reshape(group, Cg, T, h, Wo)
+                for t, (p, qi, qj) in enumerate(taps):
+                    dst[:, :, t] = phases[p, n, :, qi + r0:qi + r1, qj:qj + Wo].reshape(group, Cg, h, Wo)
+            np.matmul(wr, c, out=of[n, :, :, r0 * Wo:r1 * Wo])
+    if B is not None and not folded:
+        out.reshape(N, M, P)[...] += B.reshape(M, 1)
+    return out
+
+
+def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
     """Stride-1 2-D depthwise convolution on the flattened padded image: every tap is one multiply-add over
     whole (Ho x Wp) planes (long inner loops) instead of Ho short rows; the Wp - Wo extra columns are cropped.
     Channels go in blocks of ~512 KiB so the accumulator and scratch stay in cache across the taps."""
@@ -176,10 +345,12 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group):
                     np.multiply(src[..., off:off + L], coef, out=t)
                     a += t
     res = acc.reshape(N, M, Ho, Wp)
+    if B is not None:  # crop and bias in one pass
+        return np.add(res[..., :Wo], B.reshape(M, 1, 1), out=np.empty((N, M, Ho, Wo), dtype=res.dtype))
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 
 
-def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape):
+def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B=None):
     """Stride-1 2-D depthwise convolution (one filter per channel) in channels-last layout.
 
     The padded input is laid out (Hp + 1, Wp, C) and flattened over (H, W): tap (i, j) reads the contiguous rows
@@ -213,10 +384,12 @@ def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape):
                     np.multiply(xf[b, off + r0:off + r1], wt[k], out=t)
                     a += t
     res = acc.reshape(N, Ho, Wp, C)[:, :, :Wo, :].transpose(0, 3, 1, 2)
+    if B is not None:  # crop, transpose and bias in one pass
+        return np.add(res, B.reshape(C, 1, 1), out=np.empty(res.shape, dtype=dt))
     return np.ascontiguousarray(res)
 
 
-def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group):
+def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B=None):
     """Strided 2-D depthwise convolution through a polyphase split: the padded input is copied once into
     sh*sw contiguous phase images (rows a::sh, columns b::sw), so tap (i, j) becomes a stride-1 read of phase
     (i*dh % sh, j*dw % sw) at offset (i*dh // sh, j*dw // sw); each tap is then one multiply-add over whole
@@ -227,13 +400,9 @@ def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group):
     sh, sw = strides
     dh, dw = dilations
     Ho, Wo = out_shape
-    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
-    Hq, Wq = -(-Hp // sh) + 1, -(-Wp // sw)
     dt = x.dtype
-    xp = np.zeros((N, C, Hq * sh, Wq * sw), dtype=dt)
-    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
-    ph = np.ascontiguousarray(xp.reshape(N, C, Hq, sh, Wq, sw).transpose(3, 5, 0, 1, 2, 4))
-    ph = ph.reshape(sh, sw, N, group, 1, Hq * Wq)
+    ph, Wq = _polyphase(x, pb, pe, sh, sw)
+    ph = ph.reshape(sh, sw, N, group, 1, ph.shape[-1])
     L = Ho * Wq
     wg = w.reshape(group, Mg, KH, KW)
     acc = np.empty((N, group, Mg, L), dtype=dt)
@@ -259,6 +428,8 @@ def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group):
                     np.multiply(src, coef, out=t)
                     a += t
     res = acc.reshape(N, M, Ho, Wq)
+    if B is not None:  # crop and bias in one pass
+        return np.add(res[..., :Wo], B.reshape(M, 1, 1), out=np.empty((N, M, Ho, Wo), dtype=res.dtype))
     return np.ascontiguousarray(res[..., :Wo])
 
 
@@ -355,9 +526,46 @@ def conv(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
         raise TypeError(f"{op}: unsupported input type {X.dtype}")
     pb, pe = conv_pads(auto_pad, pads, X.shape[2:], ks, st, dl, op)
     cd = compute_dtype(X.dtype)
-    out = _conv_core(X.astype(cd, copy=False), W.astype(cd, copy=False), pb, pe, st, dl, int(group), op)
+    x, w = X.astype(cd, copy=False), W.astype(cd, copy=False)
+    if n == 2:
+        out = _conv2d_fast(x, w, B, pb, pe, st, dl, int(group), (W, B))
+        if out is not None:
+            return out.astype(X.dtype, copy=False)
+    out = _conv_core(x, w, pb, pe, st, dl, int(group), op)
     out = _add_bias(out, B, W.shape[0], op)
     return out.astype(X.dtype, copy=False)
+
+
+def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
+    """Fast 2-D paths (bias included) for well-formed float convolutions with non-negative pads; None when the
+    case is not covered (the general path then runs, and reports any error)."""
+    N, C, H, W = x.shape
+    M, Cg, KH, KW = w.shape
+    if (group < 1 or Cg < 1 or C != Cg * group or M % group or min(pb) < 0 or min(pe) < 0 or N == 0 or M == 0
+            or H + pb[0] + pe[0] < (KH - 1) * dilations[0] + 1 or W + pb[1] + pe[1] < (KW - 1) * dilations[1] + 1):
+        return None
+    if B is not None:
+        B = np.asarray(B)
+        if B.size != M or B.dtype.kind != "f":
+            return None
+        B = B.astype(x.dtype, copy=False).reshape(M)
+    out_shape = conv_out_shape((H, W), (KH, KW), strides, dilations, pb, pe, "Conv")
+    if KH == 1 and KW == 1 and not any(pb) and not any(pe):
+        if strides[0] > 1 or strides[1] > 1:
+            x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
+        return _conv1x1(x, w, B, group, wkey)
+    if Cg == 1 and group > 1:
+        if strides[0] == 1 and strides[1] == 1:
+            if M == group and group >= _DW_NHWC_MIN_C:
+                return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B)
+            return _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B)
+        if strides[0] <= 4 and strides[1] <= 4 and prod(out_shape) >= 64:
+            return _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B)
+        return None
+    if group == 1 and strides[0] == 1 and strides[1] == 1 and 2 * M <= C:
+        # few output channels: per-tap GEMMs on the flat image beat copying KH*KW shifted copies of a wide input
+        return _conv2d_shifted(x, w, pb, pe, dilations, out_shape, B)
+    return _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey)
 
 
 # --------------------------------------------------------------------------------------------- ConvTranspose

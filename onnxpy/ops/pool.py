@@ -111,9 +111,12 @@ def _tap_range(in_len, k_off, s, pb, o):
     return lo, max(lo, hi)
 
 
-def _reduce_unpadded(x, ks, st, dl, pb, out, how, fill):
+def _reduce_unpadded(x, ks, st, dl, pb, out, how, fill, dest=None):
     """max or sum over every pooling window, reading only the taps that fall inside ``x`` (padding taps are the
-    reduction's identity ``fill``, so they are skipped instead of materialised).  One spatial axis at a time."""
+    reduction's identity ``fill``, so they are skipped instead of materialised).  One spatial axis at a time.
+
+    ``dest``: an array of the result's shape to write into.  The first two taps that cover every output position
+    combine straight into the result (no copy of the first one)."""
     n = len(ks)
     acc = x
     for a in range(n):
@@ -122,14 +125,30 @@ def _reduce_unpadded(x, ks, st, dl, pb, out, how, fill):
         lead = (slice(None),) * (2 + a)
         ranges = [_tap_range(in_len, t * d, s, p, o) for t in range(k)]
         full = next((t for t, (lo, hi) in enumerate(ranges) if lo == 0 and hi == o), None)
+        last = dest is not None and a == n - 1
+        full2 = None if full is None else next(
+            (t for t, (lo, hi) in enumerate(ranges) if t > full and lo == 0 and hi == o), None)
         if full is not None:
             st0 = -p + full * d
-            red = acc[lead + (slice(st0, st0 + (o - 1) * s + 1, s),)].copy()
+            src0 = acc[lead + (slice(st0, st0 + (o - 1) * s + 1, s),)]
+            if full2 is not None:  # the first two full taps combine straight into the result
+                st1 = -p + full2 * d
+                src1 = acc[lead + (slice(st1, st1 + (o - 1) * s + 1, s),)]
+                red = (np.maximum if how == "max" else np.add)(src0, src1, out=dest if last else None)
+            elif last:
+                red = dest
+                red[...] = src0
+            else:
+                red = src0.copy()
         else:
             shape = acc.shape[:2 + a] + (o,) + acc.shape[3 + a:]
-            red = np.full(shape, fill, dtype=acc.dtype)
+            if last:
+                red = dest
+                red.fill(fill)
+            else:
+                red = np.full(shape, fill, dtype=acc.dtype)
         for t, (lo, hi) in enumerate(ranges):
-            if t == full or hi <= lo:
+            if t == full or t == full2 or hi <= lo:
                 continue
             i0 = lo * s - p + t * d
             src = acc[lead + (slice(i0, i0 + (hi - lo - 1) * s + 1, s),)]

@@ -15,6 +15,8 @@ import copy
 import itertools
 import logging
 
+import numpy as np
+
 from ..ir.model import Graph, Model
 from .passes import BASIC_PASSES
 
@@ -125,6 +127,8 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         if inner:
             _optimize_subgraphs(model.graph, inner, ctx, {})
         model.applied_passes = dict(ctx.applied)
+    user = {id(ov._value) for ov in getattr(options, "_initializers", {}).values()} if options is not None else set()
+    _freeze(model.graph, user)
     path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
     if path:
         from ..ir.save import save_model
@@ -133,6 +137,23 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         ext_name = options._config.get("session.optimized_model_external_initializers_file_name")
         save_model(model, path, int(min_size) if min_size else (1024 if ext_name else None), ext_name)
     return model
+
+
+def _freeze(g: Graph, user: set) -> None:
+    """Make the session's constants read-only: a kernel writing into one raises instead of corrupting later runs,
+    and kernels may cache layouts derived from read-only weights.  Arrays the user handed over (add_initializer)
+    are left as they are; the session reads them through read-only views."""
+    for k, v in list(g.initializers.items()):
+        if isinstance(v, np.ndarray) and v.flags.writeable:
+            if id(v) in user or v.base is not None:
+                v = v.view()
+                g.initializers[k] = v
+            v.flags.writeable = False
+    for n in g.nodes:
+        for v in n.attrs.values():
+            for sub in ([v] if isinstance(v, Graph) else (v if isinstance(v, list) and v and isinstance(v[0], Graph)
+                                                          else [])):
+                _freeze(sub, user)
 
 
 SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination")
