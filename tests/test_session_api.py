@@ -495,3 +495,22 @@ def test_ir3_initializers_are_constants_not_overridable(tmp_path):
     saved = onnx.load(str(tmp_path / "opt.onnx"))
     onnx.checker.check_model(saved)  # IR 3 still lists its initializers among the inputs
     np.testing.assert_array_equal(ort.InferenceSession(saved.SerializeToString()).run(None, {"x": x})[0], x + 3)
+
+
+def test_session_constants_read_only_but_user_arrays_untouched():
+    # A session's constants are frozen (a kernel writing into one would raise instead of corrupting later runs);
+    # an array the user hands over with add_initializer stays writeable for the user.
+    w = numpy_helper.from_array(np.full((2, 2), 3.0, np.float32), "w")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    s = ort.InferenceSession(m.SerializeToString())
+    assert not s._state.model.graph.initializers["w"].flags.writeable
+    mine = np.full((2, 2), 5.0, np.float32)
+    so = ort.SessionOptions()
+    so.add_initializer("w", ort.OrtValue.ortvalue_from_numpy(mine))
+    s2 = ort.InferenceSession(m.SerializeToString(), so)
+    x = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(s2.run(None, {"x": x})[0], x + 5)
+    assert mine.flags.writeable
