@@ -104,6 +104,22 @@ class SessionState:
             if v.name in init_names:
                 self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, None)
         self.output_index = {n: i for i, n in enumerate(self.plan.output_names)}
+        # The lean run path's feed table: plain tensor inputs -> (slot, numpy dtype or None, rank or None,
+        # ((axis, fixed dim), ...), required).  Anything it does not cover goes through convert_feed.
+        self.lean_feeds = {}
+        required = set(self.required)
+        for name, (slot, t, shape) in self.feed_specs.items():
+            if t is not None and t.kind != "tensor":
+                continue
+            try:
+                want = t.np_dtype if t is not None else None
+            except TypeError:  # an unsupported element type: the full path reports it when it is fed
+                continue
+            if want is not None and (want.kind == "O" or not want.isnative):
+                continue
+            fixed = tuple((i, e) for i, e in enumerate(shape or ()) if isinstance(e, int))
+            self.lean_feeds[name] = (slot, want, len(shape) if shape else None, fixed, name in required)
+        self.n_required = len(required)
         self.blas_threads = int(options.intra_op_num_threads or 0)
         self.parallel = None
         if int(options.execution_mode) == 1 and options.inter_op_num_threads != 1:
@@ -156,7 +172,73 @@ class SessionState:
             raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(feed)}).")
 
     # -- run --------------------------------------------------------------------------------------
+    def _lean_feeds(self, input_feed):
+        """(slot, array) pairs when every feed is a native ndarray that passes its checks as it is, else None
+        (the full path then converts the feeds or raises onnxruntime's error)."""
+        table = self.lean_feeds
+        feeds = []
+        found = 0
+        ndarray = np.ndarray
+        for k, v in input_feed.items():
+            spec = table.get(k)
+            if spec is None or type(v) is not ndarray:
+                return None
+            slot, want, rank, fixed, req = spec
+            dt = v.dtype
+            if want is not None and dt is not want:
+                return None
+            if not dt.isnative or dt.kind == "O" or dt.kind == "U" or dt.kind == "S":
+                return None
+            if rank is not None:
+                shp = v.shape
+                if len(shp) != rank:
+                    return None
+                for i, e in fixed:
+                    if shp[i] != e:
+                        return None
+            found += req
+            feeds.append((slot, v))
+        return feeds if found == self.n_required else None
+
     def run(self, output_names, input_feed, run_options=None):
+        if (run_options is None and not output_names and type(input_feed) is dict and self.profiler is None
+                and self.parallel is None):
+            feeds = self._lean_feeds(input_feed)
+            if feeds is not None:
+                return self._run_lean(output_names, feeds)
+        return self._run_full(output_names, input_feed, run_options)
+
+    def _run_lean(self, output_names, feeds):
+        """:meth:`run` for plain feeds, all outputs, no run options (the checks above stand for convert_feed)."""
+        if isinstance(output_names, (str, bytes)):
+            return self._run_full(output_names, {}, None)  # (raises the usual TypeError)
+        if self.blas_threads:
+            set_blas_threads(self.blas_threads)
+        lim = limits._local
+        prev = getattr(lim, "limits", None)
+        lim.limits = self.limits  # what limits.applied() does, without a generator-based context manager
+        try:
+            with np.errstate(all="ignore"), logging_utils.scope_for(self.options, None):
+                outs = run_plan(self.plan, (), (), None, feeds)
+        finally:
+            lim.limits = prev
+        if self.shrink_arena:
+            release_heap()
+        const_ids = self._const_ids
+        res = []
+        for o in outs:
+            if type(o) is np.ndarray:
+                if o.base is not None or not o.flags.writeable or id(o) in const_ids or any(
+                        o is v for _, v in feeds):
+                    o = _detach(o, const_ids.union(id(v) for _, v in feeds))
+            elif isinstance(o, np.ndarray):
+                o = _detach(o, const_ids.union(id(v) for _, v in feeds))
+            elif isinstance(o, dict):
+                o = _py_map(o)
+            res.append(o)
+        return res
+
+    def _run_full(self, output_names, input_feed, run_options=None):
         if isinstance(output_names, (str, bytes)):
             raise TypeError("run(): incompatible function arguments. The following argument types are supported:\n"
                             "    1. (arg0: Sequence[str], arg1: Mapping[str, object], arg2: RunOptions) -> list\n\n"

@@ -38,6 +38,18 @@ def run_subgraph(plan: ExecutionPlan, inputs, outer):
     return run_plan(plan, inputs, outer, current_context())
 
 
+def run_branch(plan: ExecutionPlan, outer) -> tuple:
+    """:func:`run_subgraph` for a plan without inputs (an If branch), returning a tuple: the lean path."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is not None:
+        return tuple(run_plan(plan, (), outer, ctx))
+    vals = list(plan.template)
+    for s, v in zip(plan.outer_slots, outer):
+        vals[s] = v
+    _run_steps(plan, vals)
+    return tuple([vals[s] for s in plan.output_slots])
+
+
 def node_error(step, args, exc: BaseException) -> Exception:
     node = step.node
     shapes = ", ".join(f"{n or '<absent>'}: {describe_value(a)}" for n, a in zip(node.inputs, args))

@@ -19,9 +19,10 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import custom_ops
-from ..capi.onnxruntime_pybind11_state import InvalidGraph, NotImplemented as OrtNotImplemented
+from ..capi.onnxruntime_pybind11_state import InvalidGraph, NotImplemented as OrtNotImplemented, _OrtError
 from ..ir.model import Graph, Node
 from ..ops import load_all, registry
+from ..ops._shape_util import NOT_CONST
 
 _log = logging.getLogger("onnxpy.plan")
 SINK = 0  # slot 0 always holds None: absent optional inputs read it, absent optional outputs write it
@@ -60,6 +61,144 @@ class ExecutionPlan:
     def __post_init__(self):
         if not self.fast and self.steps:
             self.fast = tuple(_fast_step(st, None) for st in self.steps)
+
+
+def _with_frees(raw_steps, pinned) -> tuple:
+    """Steps with their free-after lists: a slot dies after its last reader unless it is pinned."""
+    last_use: dict[int, int] = {}
+    for i, (_, ins, outs, _, _, _) in enumerate(raw_steps):
+        for s in ins:
+            last_use[s] = i
+        for s in outs:
+            last_use.setdefault(s, i)
+    frees: dict[int, list[int]] = {}
+    for s, i in last_use.items():
+        if s not in pinned:
+            frees.setdefault(i, []).append(s)
+    return tuple(
+        Step(fn, ins, outs, tuple(frees.get(i, ())), node, idx)
+        for i, (fn, ins, outs, node, idx, _) in enumerate(raw_steps)
+    )
+
+
+# -- shape-only chains -----------------------------------------------------------------------------------------
+# Shape -> Gather -> Equal -> ..., Shape -> Size -> Not -> Cast ...: values computed only from the shape of one
+# array (the chain's root) and constants.  The sequential executor runs each such chain as one step that memoises
+# the chain's results per root shape.  Members are deterministic standard ops without subgraphs.
+_SHAPE_SOURCES = frozenset({"Shape", "Size"})
+_SHAPE_CHAIN_OPS = frozenset({
+    "Gather", "Unsqueeze", "Squeeze", "Concat", "Cast", "CastLike", "Equal", "Not", "Slice", "Add", "Sub", "Mul",
+    "Div", "Mod", "Neg", "Abs", "Reshape", "Identity", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And",
+    "Or", "Xor", "Where", "Min", "Max", "ReduceProd", "ReduceSum", "ReduceMin", "ReduceMax", "Floor", "Ceil",
+    "Sqrt", "Range", "ConstantOfShape", "Expand", "Flatten", "Transpose", "Sign", "Pow", "Clip", "Shape", "Size",
+    "Tile", "Split",
+})
+_CHAIN_MEMO_MAX = 64  # shapes remembered per chain
+_CHAIN_MEMO_BYTES = 1 << 16  # results larger than this are recomputed, not remembered
+
+
+def _group_shape_chains(steps, raw_steps, const_vals, dynamic, out_slots):
+    """``raw_steps`` with each single-root shape-only chain (two nodes or more) replaced by one memoising step at
+    the position of its first node; ``raw_steps`` itself when there is none."""
+    def const(s):
+        return s == SINK or (s in const_vals and s not in dynamic)
+
+    root_of: dict[int, object] = {}  # slot -> its root slot, or MANY for values of several roots
+    chains: dict[int, list[int]] = {}  # root slot -> member step indices
+    for i, (_, ins, outs, node, _, _) in enumerate(raw_steps):
+        if node.domain not in ("", "ai.onnx") or not outs or SINK in outs:
+            continue
+        op = node.op_type
+        if op in _SHAPE_SOURCES and len(ins) == 1 and ins[0] != SINK:
+            root = root_of.get(ins[0], ins[0])  # (the shape of a chain value is fixed by the chain's root)
+        elif op in _SHAPE_CHAIN_OPS and len(ins) == len(node.inputs):  # (no implicit inputs: no subgraphs)
+            roots = {root_of[s] for s in ins if s in root_of}
+            if not roots or not all(s in root_of or const(s) for s in ins):
+                continue
+            root = roots.pop() if len(roots) == 1 else _MANY
+        else:
+            continue
+        for o in outs:
+            root_of[o] = root
+        if root is not _MANY:
+            chains.setdefault(root, []).append(i)
+    chains = {r: m for r, m in chains.items() if len(m) >= 2}
+    if not chains:
+        return raw_steps
+    first: dict[int, tuple] = {}
+    dropped = set()
+    for r, members in chains.items():
+        inside = set(members)
+        produced = {o for i in members for o in raw_steps[i][2]}
+        used = set(out_slots)
+        for j, raw in enumerate(raw_steps):
+            if j not in inside:
+                used.update(raw[1])
+        ext = tuple(o for i in members for o in raw_steps[i][2] if o in used)
+        assert produced >= set(ext)
+        head = raw_steps[members[0]]
+        group = _ShapeChain(r, tuple(steps[i] for i in members), ext,
+                            {s: const_vals[s] for i in members for s in raw_steps[i][1] if s in const_vals})
+        first[members[0]] = (group, (r,), ext, head[3], head[4], None)
+        dropped.update(members[1:])
+    return [first.get(i, raw) for i, raw in enumerate(raw_steps) if i not in dropped]
+
+
+class _Many:
+    __slots__ = ()
+
+
+_MANY = _Many()
+
+
+class _ShapeChain:
+    """Step callable ``chain(root) -> output(s)``: runs the chain's nodes on ``root``'s shape once per shape and
+    returns the remembered (read-only) results afterwards; a failing node reports itself, as in the executor."""
+
+    __slots__ = ("root", "members", "ext", "consts", "memo")
+
+    def __init__(self, root, members, ext, consts):
+        self.root = root
+        self.members = members  # Steps, in execution order
+        self.ext = ext  # member output slots read outside the chain (returned in this order)
+        self.consts = consts
+        self.memo = {}
+
+    def __call__(self, x):
+        key = getattr(x, "shape", None)
+        if key is not None:
+            hit = self.memo.get(key)
+            if hit is not None:
+                return hit
+        vals = dict(self.consts)
+        vals[self.root] = x
+        for st in self.members:
+            args = [vals.get(s) for s in st.ins]
+            try:
+                res = st.fn(*args)
+            except _OrtError:
+                raise
+            except RecursionError:
+                raise
+            except Exception as e:  # noqa: BLE001 - reported like the executor reports a failing node
+                from .executor import node_error
+
+                raise node_error(st, args, e) from e
+            if type(res) is not tuple:
+                res = (res,)
+            for s, r in zip(st.outs, res):
+                vals[s] = np.asarray(r) if isinstance(r, np.generic) else r
+        out = tuple(vals[s] for s in self.ext)
+        if key is not None and len(self.memo) < _CHAIN_MEMO_MAX and all(
+                type(v) is np.ndarray for v in out) and sum(v.nbytes for v in out) <= _CHAIN_MEMO_BYTES:
+            consts = self.consts.values()
+            for v in out:
+                if not any(v is c for c in consts):  # (the model's constants are left as they are)
+                    v.flags.writeable = False
+            out = out if len(out) != 1 else out[0]
+            self.memo[key] = out
+            return out
+        return out if len(out) != 1 else out[0]
 
 
 def _empty_args(vals):
@@ -107,15 +246,29 @@ _RC_OWNED = _rc_of([np.empty(4)], 0)  # an array referenced only by one list slo
 class _Donor:
     """Step callable ``donor(vals)``: calls the kernel with ``_donated`` set to the candidate positions it owns."""
 
-    __slots__ = ("fn", "ins", "cands", "bound")
+    __slots__ = ("fn", "ins", "cands", "bound", "one", "get")
 
     def __init__(self, fn, ins, cands, bound):
         self.fn = fn  # the kernel without donation
         self.ins = ins
         self.cands = cands  # ((position, slot), ...)
         self.bound = bound  # positions tuple -> kernel bound with that ``_donated``
+        self.one = cands[0] if len(cands) == 1 else None
+        self.get = None if len(ins) == 1 else operator.itemgetter(*ins)  # the arguments as a tuple
 
     def __call__(self, vals):
+        if self.one is not None:  # one candidate (unary kernels, most binary ones)
+            p, s = self.one
+            x = vals[s]  # references: the slot, this local, getrefcount's argument (as in _rc_of)
+            if (type(x) is _ndarray and x.size >= DONATE_MIN and _getrc(x) == _RC_OWNED and x.base is None
+                    and x.flags.writeable):
+                fn = self.bound[(p,)]
+            else:
+                fn = self.fn
+            x = None
+            if self.get is None:
+                return fn(vals[s])  # a unary kernel: its one input is the candidate
+            return fn(*self.get(vals))
         got = ()
         for p, s in self.cands:
             x = vals[s]  # references: the slot, this local, getrefcount's argument (as in _rc_of)
@@ -272,6 +425,8 @@ class Planner:
         input_slots = {v.name: slot(v.name) for v in g.inputs}
         outer_slots = tuple(slot(n) for n in outer_names)
         const_vals = {slot(k): v for k, v in g.initializers.items()}
+        # slots whose value may differ between runs although an initializer names them (fed inputs, outer values)
+        dynamic = set(input_slots.values()) | set(outer_slots)
 
         raw_steps = []
         produced = set(slots)
@@ -286,6 +441,9 @@ class Planner:
                     )
                 ins.append(slot(x))
             fn, implicit, dk = self._bind(node)
+            spec = getattr(fn, "_onnxpy_spec", None)
+            if spec is not None:
+                fn, dk = _specialize(fn, spec, ins, const_vals, dynamic), None
             if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
                     and len(node.outputs) == 1 and node.outputs[0] and node.outputs[0] not in produced):
                 try:
@@ -315,21 +473,16 @@ class Planner:
         # free-after lists: a slot dies after its last reader unless it is an output/input/constant/outer
         pinned = set(out_slots) | set(input_slots.values()) | set(const_vals) | set(outer_slots) | {SINK}
         pinned |= {slots[k] for k in keep if k in slots}
-        last_use: dict[int, int] = {}
-        for i, (_, ins, outs, _, _, _) in enumerate(raw_steps):
-            for s in ins:
-                last_use[s] = i
-            for s in outs:
-                last_use.setdefault(s, i)
-        frees: dict[int, list[int]] = {}
-        for s, i in last_use.items():
-            if s not in pinned:
-                frees.setdefault(i, []).append(s)
-        steps = tuple(
-            Step(fn, ins, outs, tuple(frees.get(i, ())), node, idx)
-            for i, (fn, ins, outs, node, idx, _) in enumerate(raw_steps)
-        )
-        fast = tuple(_fast_step(st, _donor(st, raw[5])) for st, raw in zip(steps, raw_steps))
+        steps = _with_frees(raw_steps, pinned)
+        # The sequential executor's steps: as ``steps``, with shape-only chains collapsed into memoised steps.
+        # (Profiled runs, runs with run options and the parallel executor use ``steps`` as they are.)
+        grouped = _group_shape_chains(steps, raw_steps, const_vals, dynamic,
+                                      set(out_slots) | {slots[k] for k in keep if k in slots})
+        if grouped is not raw_steps:
+            fast_steps, fast_raw = _with_frees(grouped, pinned), grouped
+        else:
+            fast_steps, fast_raw = steps, raw_steps
+        fast = tuple(_fast_step(st, _donor(st, raw[5])) for st, raw in zip(fast_steps, fast_raw))
         template = [None] * len(names)
         for s, v in const_vals.items():
             template[s] = v
@@ -373,7 +526,11 @@ class Planner:
             dk = (info.fn, kwargs) if "_donated" in info.reserved else None
             # ``fn.plain``: an equivalent faster callable for calls without donation (a bare ufunc)
             plain = getattr(info.fn, "plain", info.fn) if dk is not None else info.fn
-            return (functools.partial(plain, **kwargs) if kwargs else plain), (), dk
+            fn = functools.partial(plain, **kwargs) if kwargs else plain
+            sp = getattr(info.fn, "specialize", None)
+            if sp is not None:
+                fn = _Specializable(fn, sp, kwargs)
+            return fn, (), dk
         implicit: list[str] = []
         subplans = {}
         for k, g in graph_attrs.items():
@@ -388,6 +545,39 @@ class Planner:
         if info.fn is _if_kernel() and set(subplans) == {"then_branch", "else_branch"} and len(node.inputs) == 1:
             return _IfKernel(subplans["then_branch"], subplans["else_branch"], self.runner), tuple(implicit), None
         return _GraphKernel(info.fn, kwargs, subplans, len(node.inputs), self.runner), tuple(implicit), None
+
+
+class _Specializable:
+    """A kernel callable whose kernel offers ``specialize`` (see :func:`_specialize`); calls pass through."""
+
+    __slots__ = ("fn", "_onnxpy_spec")
+
+    def __init__(self, fn, sp, kwargs):
+        self.fn = fn
+        self._onnxpy_spec = (sp, kwargs)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _specialize(fn, spec, ins, const_vals, dynamic):
+    """The step callable of a kernel with a ``specialize`` hook.
+
+    ``kernel.specialize(consts, kwargs)`` receives, per explicit input, the plan-time value of a constant input
+    (initializer or folded Constant that no feed or outer scope can replace; None for an absent input) or
+    ``NOT_CONST``, and the bound attributes; it returns a callable taking the same positional arguments as the
+    kernel (attributes bound) that computes the same results, or None to keep the generic kernel.
+    """
+    sp, kwargs = spec
+    consts = tuple(
+        None if s == SINK else (const_vals[s] if s in const_vals and s not in dynamic else NOT_CONST) for s in ins
+    )
+    try:
+        fast = sp(consts, kwargs)
+    except Exception:  # noqa: BLE001 - a hook that trips keeps the generic kernel (errors are reported at run time)
+        _log.debug("specialize hook failed", exc_info=True)
+        fast = None
+    return fast if fast is not None else fn.fn
 
 
 def _donor(st: Step, dk):
@@ -416,20 +606,26 @@ def _if_kernel():
 class _IfKernel:
     """The If kernel with its branches prebound: runs the chosen branch's plan directly (no per-call objects)."""
 
-    __slots__ = ("then_plan", "else_plan", "runner")
+    __slots__ = ("then_plan", "else_plan", "runner", "branch")
 
     def __init__(self, then_plan, else_plan, runner):
+        from .executor import run_branch, run_subgraph
+
         self.then_plan = then_plan
         self.else_plan = else_plan
         self.runner = runner
+        # the session's runner: call the executor's lean branch entry (same semantics, fewer layers)
+        self.branch = run_branch if runner is run_subgraph else None
 
     def __call__(self, cond, *outer):
         if type(cond) is np.ndarray and cond.size == 1:
-            c = bool(cond.reshape(-1)[0])
+            c = bool(cond)  # (a one-element array's truth value is its element's)
         else:
             from ..ops.control_flow import _scalar_bool
 
             c = _scalar_bool(cond, "If condition")
+        if self.branch is not None:
+            return self.branch(self.then_plan if c else self.else_plan, outer)
         return tuple(self.runner(self.then_plan if c else self.else_plan, (), outer))
 
 

@@ -7,6 +7,17 @@ import numpy as np
 MAX_ALLOC_BYTES = 2**34  # refuse to allocate outputs larger than this (16 GiB)
 
 
+class _NotConst:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "NOT_CONST"
+
+
+# Marks an input whose value is not known when the plan is built (see ``specialize`` hooks, execution/plan.py).
+NOT_CONST = _NotConst()
+
+
 def to_ints(v, what: str = "value") -> list[int]:
     """A shape/axes-like input (tensor, list, scalar) as a list of Python ints."""
     if v is None:
@@ -83,9 +94,26 @@ def norm_axes(axes, rank: int, what: str = "axes", unique: bool = True) -> list[
 def check_shape(shape, dtype, what: str = "output") -> tuple:
     """Validate a requested output shape: no negative dims, total size within the configured tensor-size limit
     (``onnxpy.limits``: default 16 GiB, session config ``session.max_tensor_bytes``, env ONNXPY_MAX_TENSOR_BYTES)."""
-    from ..limits import check_alloc
+    global _check_alloc
+    if _check_alloc is None:
+        from ..limits import check_alloc as _check_alloc
+    return _check_alloc(shape, dtype, what)
 
-    return check_alloc(shape, dtype, what)
+
+_check_alloc = None
+
+
+def within_limit(nbytes: int) -> bool:
+    """True when a tensor of ``nbytes`` bytes is within the tensor-size limit in force (a cheap pre-check for
+    kernels that know the size of what they allocate; :func:`check_shape` reports the error)."""
+    global _limits
+    if _limits is None:
+        from .. import limits as _limits
+    lim = _limits.current().max_tensor_bytes
+    return lim is None or nbytes <= lim
+
+
+_limits = None
 
 
 def zero_of(dtype):
@@ -113,10 +141,15 @@ def norm_indices(idx: np.ndarray, dim, what: str = "indices") -> np.ndarray:
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{what} must be an integer tensor, got dtype {idx.dtype}")
     idx = idx.astype(np.int64, copy=False)
-    if idx.size == 0:
+    n = idx.size
+    if n == 0:
         return idx
-    if np.ndim(dim) == 0:  # fast path: two reductions, no temporaries when everything is in range
-        lo, hi = int(idx.min()), int(idx.max())
+    if type(dim) is int or np.ndim(dim) == 0:  # fast path: two reductions, no temporaries when everything is in range
+        if n <= 16:  # a handful of indices: Python's min/max beat two numpy reductions
+            flat = idx.reshape(-1).tolist()
+            lo, hi = min(flat), max(flat)
+        else:
+            lo, hi = int(idx.min()), int(idx.max())
         if lo >= 0 and hi < dim:
             return idx
         if lo >= -dim and hi < dim:

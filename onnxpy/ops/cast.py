@@ -225,6 +225,32 @@ def cast_24(x, *, to, saturate=1, round_mode="up"):
     return _cast(x, _target_dtype(to), saturate, round_mode)
 
 
+def _spec_cast(consts, kwargs):
+    """Cast with its target type resolved once; a plain numeric target (no saturation or rounding rules) is a
+    bare ``astype`` for numeric sources."""
+    if len(consts) != 1 or "to" not in kwargs:
+        return None
+    dt = _target_dtype(kwargs["to"])
+    saturate = kwargs.get("saturate", 1)
+    round_mode = kwargs.get("round_mode", "up")
+    special = dt == _OBJ or dt in _F8_MAX or (_E8M0 is not None and dt == _E8M0) or dt in _SUB_BYTE_INTS
+    if special:
+        return lambda x: _cast(x, dt, saturate, round_mode)
+
+    def cast_plain(x):
+        src = x.dtype
+        if src == dt:
+            return x
+        if src == _OBJ or src.kind == "U":
+            return _from_string(x, dt, saturate, round_mode)
+        return _astype(x, dt)
+
+    return cast_plain
+
+
+cast.specialize = cast_19.specialize = cast_24.specialize = _spec_cast
+
+
 @kernel("CastLike", 15)
 def cast_like(x, target_type):
     return _cast(x, target_type.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import frozen, norm_axes, norm_axis, norm_indices, to_ints
+from ._shape_util import NOT_CONST, frozen, norm_axes, norm_axis, norm_indices, to_ints
 from .registry import kernel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -100,6 +100,39 @@ def slice_10(data, starts, ends, axes=None, steps=None):
     return data[idx]
 
 
+def _spec_slice(consts, kwargs):
+    """Slice-10+ with constant starts/ends/axes/steps: the index tuple is parsed once per data shape."""
+    if len(consts) < 3 or consts[0] is not NOT_CONST:
+        return None  # constant data: the generic kernel caches its read-only result
+    parts = []
+    for i, name in enumerate(("starts", "ends", "axes", "steps")):
+        c = consts[i + 1] if i + 1 < len(consts) else None
+        if c is NOT_CONST or (c is not None and (type(c) is not np.ndarray or c.dtype.kind not in "iu")):
+            return None
+        parts.append(None if c is None else to_ints(c, name))
+    starts, ends, axes, steps = parts
+    if starts is None or ends is None:
+        return None
+    memo = {}
+    generic = slice_10
+
+    def slice_const(data, *args):
+        if not data.flags.writeable:  # read-only data (constant-derived): the generic kernel may cache the view
+            return generic(data, *args)
+        key = data.shape
+        idx = memo.get(key)
+        if idx is None:
+            idx = _slice_index(data, starts, ends, axes, steps)
+            if len(memo) < 64:
+                memo[key] = idx
+        return data[idx]
+
+    return slice_const
+
+
+slice_10.specialize = _spec_slice
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Gather family
 
@@ -118,6 +151,61 @@ def gather(data, indices, *, axis=0):
             return data[i]  # a view
         return np.take(data, i, axis=ax)
     return np.take(data, norm_indices(indices, dim), axis=ax)
+
+
+def _spec_gather(consts, kwargs):
+    """Gather with constant indices: their range is known, so each call checks it against the axis length only."""
+    if len(consts) != 2:
+        return None
+    idx = consts[1]
+    if type(idx) is not np.ndarray or idx.dtype.kind not in "iu" or idx.size == 0:
+        return None
+    axis = int(kwargs.get("axis", 0))
+    generic = gather
+    take = np.take
+    if idx.ndim == 0:
+        i = int(idx)
+
+        def gather_scalar(data, indices):
+            r = data.ndim
+            if r == 0 or not -r <= axis < r:
+                return generic(data, indices, axis=axis)
+            ax = axis + r if axis < 0 else axis
+            dim = data.shape[ax]
+            if not -dim <= i < dim:
+                raise IndexError(f"indices value {i} is out of range (valid range [{-dim}, {dim - 1}])")
+            if ax == 0:
+                return data[i]  # a view
+            return take(data, i, axis=ax)
+
+        return gather_scalar
+    flat = idx.reshape(-1).tolist()
+    lo, hi = min(flat), max(flat)
+    raw = idx.astype(np.int64)  # a private copy: the caller's constant is never aliased
+    memo = {}  # axis length -> the indices mapped to [0, dim) (read-only)
+
+    def gather_const(data, indices):
+        r = data.ndim
+        if r == 0 or not -r <= axis < r:
+            return generic(data, indices, axis=axis)
+        ax = axis + r if axis < 0 else axis
+        dim = data.shape[ax]
+        pos = memo.get(dim)
+        if pos is None:
+            if lo < -dim or hi >= dim:  # out of range: the generic kernel reports it
+                return generic(data, indices, axis=axis)
+            pos = np.where(raw < 0, raw + dim, raw) if lo < 0 else raw.copy()
+            pos.flags.writeable = False
+            if len(memo) < 64:
+                memo[dim] = pos
+        if r == 1:
+            return data[pos]
+        return take(data, pos, axis=ax)
+
+    return gather_const
+
+
+gather.specialize = _spec_gather
 
 
 def _elements_index(indices: np.ndarray, dim: int, ax: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import check_shape, full, norm_axes, to_ints, zero_of
+from ._shape_util import NOT_CONST, check_shape, full, norm_axes, to_ints, within_limit, zero_of
 from .registry import kernel
 
 _MODES = ("constant", "reflect", "edge", "wrap")
@@ -113,6 +113,101 @@ def pad_11(data, pads, constant_value=None, *, mode="constant"):
 def pad_18(data, pads, constant_value=None, axes=None, *, mode="constant"):
     ax = None if axes is None else to_ints(axes, "axes")
     return _pad(data, to_ints(pads, "pads"), mode, _value(constant_value, data.dtype), ax)
+
+
+def _pad_plan(x: np.ndarray, pads: list[int], mode: str, axes):
+    """How to pad arrays of ``x``'s shape: (crop index or None, out shape, per-axis gather indices or the
+    destination index of a constant pad).  Only called after the generic kernel accepted the same arguments."""
+    r = x.ndim
+    axes = list(range(r)) if axes is None else norm_axes(axes, r)
+    n = len(axes)
+    begin = [0] * r
+    end = [0] * r
+    for i, a in enumerate(axes):
+        begin[a] = pads[i]
+        end[a] = pads[i + n]
+    crop = None
+    shape = list(x.shape)
+    if any(p < 0 for p in pads):
+        crop = tuple(slice(-b if b < 0 else 0, d + e if e < 0 else d) for d, b, e in zip(x.shape, begin, end))
+        shape = [len(range(*s.indices(d))) for s, d in zip(crop, x.shape)]
+        begin = [max(p, 0) for p in begin]
+        end = [max(p, 0) for p in end]
+    out_shape = tuple(d + b + e for d, b, e in zip(shape, begin, end))
+    if not any(begin) and not any(end):
+        return crop, out_shape, None  # nothing to add (at most a crop)
+    if mode == "constant":
+        return crop, out_shape, tuple(slice(b, b + d) for b, d in zip(begin, shape))
+    takes = []
+    for a in range(r):
+        b, e, d = begin[a], end[a], shape[a]
+        if not b and not e:
+            continue
+        i = np.arange(-b, d + e)
+        if mode == "reflect":
+            i = np.abs(i)
+            i = np.where(i > d - 1, 2 * (d - 1) - i, i)
+        elif mode == "edge":
+            i = np.clip(i, 0, d - 1)
+        else:  # wrap
+            i = i % d
+        i = i.astype(np.intp)
+        i.flags.writeable = False
+        takes.append((a, i))
+    return crop, out_shape, tuple(takes)
+
+
+def _spec_pad(consts, kwargs):
+    """Pad-11+ with constant pads (and constant value/axes): the padding layout is derived once per input shape;
+    edge/reflect/wrap padding becomes one gather per padded axis."""
+    mode = kwargs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in _MODES or len(consts) < 2 or any(c is NOT_CONST for c in consts[1:]):
+        return None
+    pads_c = consts[1]
+    if type(pads_c) is not np.ndarray or pads_c.dtype.kind not in "iu":
+        return None
+    pads = to_ints(pads_c, "pads")
+    cv = consts[2] if len(consts) > 2 else None
+    axes_c = consts[3] if len(consts) > 3 else None
+    if axes_c is not None and (type(axes_c) is not np.ndarray or axes_c.dtype.kind not in "iu"):
+        return None
+    axes = None if axes_c is None else to_ints(axes_c, "axes")
+    generic = pad_18 if len(consts) > 3 else pad_11
+    memo = {}
+
+    def pad_const(data, *args):
+        key = (data.shape, data.dtype)
+        ent = memo.get(key)
+        if ent is None:
+            out = generic(data, *args, mode=mode)  # validates (and reports) exactly as the generic kernel
+            if len(memo) < 32:
+                plan = _pad_plan(data, pads, mode, axes)
+                nbytes = data.dtype.itemsize or 8  # (as limits.check_alloc counts)
+                if data.dtype.kind == "O":
+                    nbytes = max(nbytes, 8)
+                for d in plan[1]:
+                    nbytes *= d
+                memo[key] = (plan, _value(cv, data.dtype), nbytes)
+            return out
+        (crop, out_shape, how), value, nbytes = ent
+        x = data if crop is None else data[crop]
+        if how is None:
+            return x
+        if not within_limit(nbytes):
+            check_shape(out_shape, x.dtype, "Pad output")  # raises the limit error
+        if mode == "constant":
+            out = full(out_shape, value, x.dtype)
+            out[how] = x
+            return out
+        for a, i in how:
+            x = x.take(i, axis=a)
+        return x
+
+    return pad_const
+
+
+pad_11.specialize = pad_18.specialize = _spec_pad
 
 
 @kernel("CenterCropPad", since=18)

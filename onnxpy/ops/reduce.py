@@ -10,6 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ._shape_util import NOT_CONST
 from .registry import kernel
 
 _F32 = np.dtype(np.float32)
@@ -228,9 +229,65 @@ _VERSIONS = {
     "ReduceSumSquare": ((1, 11, 13), (18,)),
 }
 
+_NATIVE_F = (_F32, np.dtype(np.float64))
+
+
+def _mean_native(x, axes, keepdims):
+    """ReduceMean of a float32/float64 tensor over a non-empty selection (errstate-free: nothing to warn about
+    but an overflowing sum, and plans run with floating-point warnings off); anything else: :func:`_mean`."""
+    dt = x.dtype
+    if dt in _NATIVE_F:
+        count = 1
+        shp = x.shape
+        for a in axes:
+            count *= shp[a]
+        if count:
+            return np.asarray(np.add.reduce(x, axis=axes, keepdims=keepdims) / dt.type(count))
+    return _mean(x, axes, keepdims)
+
+
+def _make_spec(op, body, attr: bool):
+    """Plan-time specialisation: constant axes (attribute or constant input) are normalised once per rank."""
+    fast_body = _mean_native if body is _mean else body
+
+    def spec(consts, kwargs):
+        if attr:
+            if len(consts) != 1:
+                return None
+            axes = kwargs.get("axes")
+            noop = False
+        else:
+            axes = consts[1] if len(consts) > 1 else None
+            if axes is NOT_CONST or len(consts) > 2:
+                return None
+            noop = bool(kwargs.get("noop_with_empty_axes", 0))
+        keepdims = bool(kwargs.get("keepdims", 1))
+        memo = {}
+
+        def reduce_const(data, *args):
+            if type(data) is not np.ndarray or data.dtype == object:
+                return _reduce(op, body, data, axes, keepdims, noop)
+            r = data.ndim
+            ax = memo.get(r)
+            if ax is None:
+                ax = _norm_axes(axes, r, op)
+                if ax is None:
+                    ax = () if noop else tuple(range(r))
+                memo[r] = ax
+            return fast_body(data, ax, keepdims)
+
+        return reduce_const
+
+    return spec
+
+
 for _op, (_attr_vs, _input_vs) in _VERSIONS.items():
-    kernel(_op, since=_attr_vs)(_make_attr_kernel(_op, _BODIES[_op]))
-    kernel(_op, since=_input_vs)(_make_input_kernel(_op, _BODIES[_op]))
+    _k = _make_attr_kernel(_op, _BODIES[_op])
+    _k.specialize = _make_spec(_op, _BODIES[_op], True)
+    kernel(_op, since=_attr_vs)(_k)
+    _k = _make_input_kernel(_op, _BODIES[_op])
+    _k.specialize = _make_spec(_op, _BODIES[_op], False)
+    kernel(_op, since=_input_vs)(_k)
 
 
 # --- ArgMax / ArgMin ---------------------------------------------------------------------------------------------

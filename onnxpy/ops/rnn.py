@@ -383,3 +383,119 @@ def lstm(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=
         R_t = p.R[d].T
         fin_h[d], fin_c[d] = lstm_direction(p, d, xw, lambda h, R_t=R_t: h @ R_t, acts[d], clp, P, input_forget, Y)
     return p.finish(Y, [fin_h, fin_c], want_y)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LSTM with constant weights and the default configuration (plan-time specialisation, see execution/plan.py)
+# --------------------------------------------------------------------------------------------------------------
+
+_FUSED_MAX_BYTES = 1 << 26  # the fused weight copy is made only for weights up to this size (64 MiB)
+
+
+def _default_lstm_config(kwargs) -> bool:
+    acts = kwargs.get("activations")
+    if acts:
+        names = [(a.decode() if isinstance(a, bytes) else str(a)).lower() for a in acts]
+        if names != ["sigmoid", "tanh", "tanh"]:
+            return False
+    d = kwargs.get("direction", "forward")
+    d = d.decode() if isinstance(d, bytes) else str(d)
+    return (d in ("forward", "foward") and kwargs.get("clip") is None and not kwargs.get("input_forget", 0)
+            and kwargs.get("layout", 0) == 0)
+
+
+def _lstm_cell(g, c, H, sigmoid):
+    """One default-activation LSTM step from the gate pre-activations ``g`` [B, 4H] (i, o, f, c order; overwritten)
+    and the previous cell state: returns the new (h, c), both fresh arrays."""
+    iof = g[:, : 3 * H]
+    sigmoid(iof, out=iof)
+    gg = g[:, 3 * H:]
+    np.tanh(gg, out=gg)
+    gg *= iof[:, :H]  # i * g
+    cn = iof[:, 2 * H:] * c  # f * c
+    cn += gg
+    hn = np.tanh(cn)
+    hn *= iof[:, H: 2 * H]  # o * tanh(c)
+    return hn, cn
+
+
+def _spec_lstm(consts, kwargs):
+    """A forward LSTM with constant W/R/B, no peepholes, sequence lengths or clipping, default activations.
+
+    The input and recurrent weights are transposed and stacked once, ``[W R]^T`` of shape [I + H, 4H], so a
+    single-step call is one matrix product of ``[x h]``, and longer sequences use its two row blocks.
+    """
+    n = len(consts)
+    W, R = consts[1], consts[2]
+    B = consts[3] if n > 3 else None
+    if (type(W) is not np.ndarray or type(R) is not np.ndarray or not (B is None or type(B) is np.ndarray)
+            or (n > 4 and consts[4] is not None) or (n > 7 and consts[7] is not None)
+            or not _default_lstm_config(kwargs)):
+        return None
+    dt = W.dtype
+    if dt.kind != "f" or R.dtype != dt or (B is not None and B.dtype != dt) or W.ndim != 3 or W.shape[0] != 1:
+        return None
+    H4, I = W.shape[1], W.shape[2]
+    H = H4 // 4
+    hs = kwargs.get("hidden_size")
+    if H4 % 4 or R.shape != (1, H4, H) or (B is not None and B.shape != (1, 2 * H4)) or (
+            hs is not None and int(hs) != H):
+        return None
+    if W.nbytes + R.nbytes > _FUSED_MAX_BYTES:
+        return None
+    ct = _compute_dtype(dt)
+    WR = np.empty((I + H, H4), ct)
+    WR[:I] = W[0].T
+    WR[I:] = R[0].T
+    WR.flags.writeable = False
+    Wt, Rt = WR[:I], WR[I:]
+    bias = np.zeros(H4, ct) if B is None else (B[0, :H4].astype(ct) + B[0, H4:].astype(ct))
+    bias.flags.writeable = False
+    want_y = _want_y(None, kwargs.get("_output_names"))
+    generic = lstm
+    from scipy.special import expit
+
+    def state(s, Bsz):
+        if s is None:
+            return np.zeros((Bsz, H), ct)
+        if type(s) is not np.ndarray or s.shape != (1, Bsz, H) or s.dtype.kind != "f":
+            return None
+        return s[0].astype(ct, copy=False)
+
+    def lstm_const(X, *args):
+        if type(X) is not np.ndarray or X.dtype != dt or X.ndim != 3 or X.shape[2] != I:
+            return generic(X, *args, **kwargs)
+        T, Bsz = X.shape[0], X.shape[1]
+        if T == 0:
+            return generic(X, *args, **kwargs)
+        h = state(args[4] if len(args) > 4 else None, Bsz)
+        c = state(args[5] if len(args) > 5 else None, Bsz)
+        if h is None or c is None:
+            return generic(X, *args, **kwargs)
+        Xc = X.astype(ct, copy=False)
+        od = X.dtype
+        if T == 1:  # one step: a single product of [x h] with the stacked weights
+            g = np.concatenate((Xc[0], h), axis=1) @ WR
+            g += bias
+            h, c = _lstm_cell(g, c, H, expit)
+            # fresh arrays; Y_h gets its own copy so that no two outputs share memory
+            Yh = h.reshape(1, Bsz, H).astype(od)
+            Y = h.reshape(1, 1, Bsz, H).astype(od, copy=False) if want_y else None
+            return Y, Yh, c.reshape(1, Bsz, H).astype(od, copy=False)
+        Y = np.empty((T, 1, Bsz, H), ct) if want_y else None
+        xw = (Xc.reshape(T * Bsz, I) @ Wt).reshape(T, Bsz, H4)
+        xw += bias
+        for t in range(T):
+            g = h @ Rt
+            g += xw[t]
+            h, c = _lstm_cell(g, c, H, expit)
+            if Y is not None:
+                Y[t, 0] = h
+        Yh = h.reshape(1, Bsz, H).astype(od)  # copies: no output shares memory with another
+        Yc = c.reshape(1, Bsz, H).astype(od)
+        return (Y.astype(od, copy=False) if Y is not None else None), Yh, Yc
+
+    return lstm_const
+
+
+lstm.specialize = _spec_lstm

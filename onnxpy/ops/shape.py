@@ -32,6 +32,19 @@ def shape_15(data, *, start=0, end=None):
     return np.array(data.shape[s:e] if e > s else (), dtype=np.int64)
 
 
+def _shape_spec_all(data):
+    return np.array(data.shape, dtype=np.int64)
+
+
+def _spec_shape(consts, kwargs):
+    if len(consts) != 1 or int(kwargs.get("start", 0)) != 0 or kwargs.get("end") is not None:
+        return None
+    return _shape_spec_all
+
+
+shape_15.specialize = _spec_shape
+
+
 @kernel("Size", since=1)
 def size(data):
     return np.array(data.size, dtype=np.int64)

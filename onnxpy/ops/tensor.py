@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._shape_util import broadcast_shape, check_shape, frozen, norm_axes, norm_axis, scalar_int, to_ints, zero_of
+from ._shape_util import (NOT_CONST, broadcast_shape, check_shape, frozen, norm_axes, norm_axis, scalar_int, to_ints,
+                          zero_of)
 from .registry import kernel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -17,6 +18,10 @@ from .registry import kernel
 
 
 def _reshape(x: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
+    return x.reshape(_reshape_target(x, shape, allowzero))
+
+
+def _reshape_target(x: np.ndarray, shape: list[int], allowzero: int) -> list[int]:
     new = list(shape)
     neg = -1
     known = 1
@@ -44,7 +49,7 @@ def _reshape(x: np.ndarray, shape: list[int], allowzero: int) -> np.ndarray:
             f"Reshape: input of shape {list(x.shape)} ({x.size} elements) cannot be reshaped to {shape} "
             f"({known} elements)"
         )
-    return x.reshape(new)
+    return new
 
 
 @kernel("Reshape", since=1)
@@ -62,6 +67,45 @@ def reshape_5(data, shape):
 @kernel("Reshape", since=14)
 def reshape_14(data, shape, *, allowzero=0):
     return _reshape(data, to_ints(shape, "shape"), allowzero)
+
+
+# -- plan-time specialisations (see execution/plan.py ``_specialize``): constant shape/axes inputs are parsed once,
+# and the normalised result is memoised per input shape or rank (small dicts; entries are immutable tuples).
+_SPEC_MAX = 64
+
+
+def _const_ints(v):
+    """A constant integer input as a list of ints, or None when it is not a usable plan-time constant."""
+    if type(v) is not np.ndarray or v.dtype.kind not in "iu" or v.ndim > 1:
+        return None
+    return v.reshape(-1).tolist()
+
+
+def _reshape_spec(shape, allowzero):
+    memo = {}
+
+    def reshape_const(data, *_):
+        key = data.shape
+        new = memo.get(key)
+        if new is None:
+            new = tuple(_reshape_target(data, shape, allowzero))
+            if len(memo) < _SPEC_MAX:
+                memo[key] = new
+        return data.reshape(new)
+
+    return reshape_const
+
+
+def _spec_reshape(consts, kwargs):
+    if len(consts) != 2:
+        return None
+    shape = _const_ints(consts[1])
+    if shape is None:
+        return None
+    return _reshape_spec(shape, kwargs.get("allowzero", 0))
+
+
+reshape_5.specialize = reshape_14.specialize = _spec_reshape
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -129,11 +173,40 @@ def concat_4(*inputs, axis=None):
     return _concat(inputs, axis)
 
 
+def _spec_concat(consts, kwargs):
+    axis = kwargs.get("axis")
+    if axis is None or len(consts) < 2 or any(c is not NOT_CONST for c in consts):
+        return None
+    axis = int(axis)
+    _cat = np.concatenate
+
+    def concat_fast(*inputs):
+        # writeable inputs of one rank: numpy's own checks suffice; anything else (read-only inputs, which the
+        # generic path may cache, mismatched shapes, which it reports) goes the generic way
+        x0 = inputs[0]
+        if type(x0) is np.ndarray and x0.flags.writeable and -x0.ndim <= axis < x0.ndim:
+            try:
+                return _cat(inputs, axis=axis)
+            except (ValueError, TypeError):
+                pass
+        return _concat(inputs, axis)
+
+    return concat_fast
+
+
+concat_4.specialize = _spec_concat
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Split
 
 
 def _split(x, axis, sizes, n_out):
+    return tuple([x[i] for i in _split_slices(x, axis, sizes, n_out)])
+
+
+def _split_slices(x, axis, sizes, n_out):
+    """The index tuples of Split's outputs (validating the sizes)."""
     if x.ndim == 0:
         raise ValueError("Split: input must have rank >= 1")
     ax = norm_axis(axis, x.ndim)
@@ -155,7 +228,7 @@ def _split(x, axis, sizes, n_out):
     start = 0
     for s in sizes:
         idx[ax] = slice(start, start + s)
-        out.append(x[tuple(idx)])
+        out.append(tuple(idx))
         start += s
     return tuple(out)
 
@@ -175,17 +248,25 @@ def split_2(x, *, axis=0, split=None, _num_outputs=1):
 
 @kernel("Split", since=13)
 def split_13(x, split=None, *, axis=0, _num_outputs=1):
-    return _split(x, axis, None if split is None or split.size == 0 else to_ints(split, "split"), _num_outputs)
+    return _split(*_split_13_args(x, split, axis, _num_outputs))
+
+
+def _split_13_args(x, split, axis, _num_outputs):
+    return x, axis, None if split is None or split.size == 0 else to_ints(split, "split"), _num_outputs
 
 
 @kernel("Split", since=18)
 def split_18(x, split=None, *, axis=0, num_outputs=None, _num_outputs=1):
+    return _split(*_split_18_args(x, split, axis, num_outputs, _num_outputs))
+
+
+def _split_18_args(x, split, axis, num_outputs, _num_outputs):
     if split is not None and split.size > 0:
         if num_outputs is not None:
             raise ValueError("Split: both the 'split' input and the 'num_outputs' attribute are given")
-        return _split(x, axis, to_ints(split, "split"), _num_outputs)
+        return x, axis, to_ints(split, "split"), _num_outputs
     if num_outputs is None:  # neither given: equal parts over the declared outputs (must divide evenly)
-        return _split(x, axis, None, _num_outputs)
+        return x, axis, None, _num_outputs
     n = int(num_outputs)
     if n <= 0:
         raise ValueError(f"Split: num_outputs must be positive, got {n}")
@@ -198,7 +279,44 @@ def split_18(x, split=None, *, axis=0, num_outputs=None, _num_outputs=1):
     sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
     if sizes[-1] < 0:
         raise ValueError(f"Split: dimension {dim} cannot be split into {n} outputs of size {chunk}")
-    return _split(x, axis, sizes, n)
+    return x, axis, sizes, n
+
+
+def _spec_split(consts, kwargs):
+    """Split-13/18 with a constant (or absent) split input: the output slices are derived once per input shape."""
+    if len(consts) > 2 or (len(consts) == 2 and consts[1] is NOT_CONST):
+        return None
+    split = consts[1] if len(consts) == 2 else None
+    axis = kwargs.get("axis", 0)
+    n_out = kwargs.get("_num_outputs", 1)
+    v18 = "num_outputs" in kwargs
+    num_outputs = kwargs.get("num_outputs")
+    memo = {}
+
+    def split_const(x, *_):
+        sl = memo.get(x.shape)
+        if sl is None:
+            args = _split_18_args(x, split, axis, num_outputs, n_out) if v18 else _split_13_args(x, split, axis, n_out)
+            sl = _split_slices(*args)
+            if len(memo) < _SPEC_MAX:
+                memo[x.shape] = sl
+        return tuple([x[i] for i in sl])
+
+    return split_const
+
+
+def _spec_split_18(consts, kwargs):
+    return _spec_split(consts, dict(kwargs, num_outputs=kwargs.get("num_outputs")))
+
+
+def _spec_split_13(consts, kwargs):
+    kw = dict(kwargs)
+    kw.pop("num_outputs", None)
+    return _spec_split(consts, kw)
+
+
+split_13.specialize = _spec_split_13
+split_18.specialize = _spec_split_18
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -225,6 +343,42 @@ def squeeze_13(data, axes=None):
     return _squeeze(data, None if axes is None else to_ints(axes, "axes"))
 
 
+def _squeeze_spec(axes):
+    memo = {}  # rank -> (normalised axes, kept dimensions)
+
+    def squeeze_const(data, *_):
+        shp = data.shape
+        ent = memo.get(len(shp))
+        if ent is None:
+            ax = norm_axes(axes, len(shp))
+            ent = (tuple(ax), tuple(i for i in range(len(shp)) if i not in ax))
+            memo[len(shp)] = ent
+        for a in ent[0]:
+            if shp[a] != 1:
+                raise ValueError(f"Squeeze: dimension {a} of input shape {list(shp)} is not 1")
+        return data.reshape(tuple([shp[i] for i in ent[1]]))
+
+    return squeeze_const
+
+
+def _spec_squeeze_13(consts, kwargs):
+    if len(consts) != 2 or consts[1] is None:
+        return None
+    axes = _const_ints(consts[1])
+    return _squeeze_spec(axes) if axes else None
+
+
+def _spec_squeeze_1(consts, kwargs):
+    axes = kwargs.get("axes")
+    if not axes or len(consts) != 1:
+        return None
+    return _squeeze_spec([int(a) for a in axes])
+
+
+squeeze_13.specialize = _spec_squeeze_13
+squeeze_1.specialize = _spec_squeeze_1
+
+
 def _unsqueeze(x, axes):
     r = x.ndim + len(axes)
     ax = norm_axes(axes, r)
@@ -244,6 +398,45 @@ def unsqueeze_1(data, *, axes=None):
 @kernel("Unsqueeze", since=13)
 def unsqueeze_13(data, axes):
     return _unsqueeze(data, to_ints(axes, "axes"))
+
+
+def _unsqueeze_spec(axes):
+    memo = {}  # input rank -> sorted normalised output axes
+    n = len(axes)
+
+    def unsqueeze_const(data, *_):
+        shp = data.shape
+        pos = memo.get(len(shp))
+        if pos is None:
+            pos = tuple(sorted(norm_axes(axes, len(shp) + n)))
+            memo[len(shp)] = pos
+        if n == 1:
+            a = pos[0]
+            return data.reshape(shp[:a] + (1,) + shp[a:])
+        new = list(shp)
+        for a in pos:
+            new.insert(a, 1)
+        return data.reshape(new)
+
+    return unsqueeze_const
+
+
+def _spec_unsqueeze_13(consts, kwargs):
+    if len(consts) != 2:
+        return None
+    axes = _const_ints(consts[1])
+    return None if axes is None else _unsqueeze_spec(axes)
+
+
+def _spec_unsqueeze_1(consts, kwargs):
+    axes = kwargs.get("axes")
+    if axes is None or len(consts) != 1:
+        return None
+    return _unsqueeze_spec([int(a) for a in axes])
+
+
+unsqueeze_13.specialize = _spec_unsqueeze_13
+unsqueeze_1.specialize = _spec_unsqueeze_1
 
 
 @kernel("Flatten", since=1)
