@@ -18,6 +18,7 @@ import logging
 import numpy as np
 
 from ..ir.model import Graph, Model
+from .graph_utils import forget_free_names, free_names_memo
 from .passes import BASIC_PASSES
 
 log = logging.getLogger("onnxpy.optimizer")
@@ -113,19 +114,21 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         model.graph = _copy_graph(model.graph)
         ctx = OptContext(model, options)
         ctx.protected = {o.name for o in model.graph.outputs}
-        for _ in range(MAX_ROUNDS):
-            changed = 0
-            for p in chosen:
-                n = p.apply(model.graph, ctx)
-                if n:
-                    ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
-                    log.debug("%s applied %d time(s)", p.name, n)
-                changed += n
-            if not changed:
-                break
-        inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]
-        if inner:
-            _optimize_subgraphs(model.graph, inner, ctx, {})
+        with free_names_memo():
+            for _ in range(MAX_ROUNDS):
+                changed = 0
+                for p in chosen:
+                    n = p.apply(model.graph, ctx)
+                    if n:
+                        forget_free_names()
+                        ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
+                        log.debug("%s applied %d time(s)", p.name, n)
+                    changed += n
+                if not changed:
+                    break
+            inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]
+            if inner:
+                _optimize_subgraphs(model.graph, inner, ctx, {})
         model.applied_passes = dict(ctx.applied)
     user = {id(ov._value) for ov in getattr(options, "_initializers", {}).values()} if options is not None else set()
     _freeze(model.graph, user)
@@ -179,6 +182,7 @@ def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
                     val = consts.get(name)
                     if val is not None and getattr(val, "nbytes", HOIST_LIMIT + 1) <= HOIST_LIMIT:
                         sub.initializers[name] = val
+                        forget_free_names()
                 saved = ctx.protected
                 ctx.protected = {o.name for o in sub.outputs}
                 try:
@@ -187,6 +191,7 @@ def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
                         for p in passes:
                             k = p.apply(sub, ctx)
                             if k:
+                                forget_free_names()
                                 ctx.applied[p.name] = ctx.applied.get(p.name, 0) + k
                             changed += k
                         if not changed:

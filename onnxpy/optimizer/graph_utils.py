@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 from ..ir.model import Graph, Node
 
 
@@ -13,10 +16,40 @@ def subgraphs(n: Node):
             yield from v
 
 
+_memo = threading.local()
+
+
+@contextmanager
+def free_names_memo():
+    """While a block runs, remember each subgraph's outer-scope reads; ``forget_free_names()`` after any change.
+
+    Every pass asks who reads what (``consumers``/``use_counts``), which walks all nested subgraphs; on models
+    that are one big If (silero-vad) that walk was most of the session's creation time.
+    """
+    prev = getattr(_memo, "cache", None)
+    _memo.cache = {}
+    try:
+        yield
+    finally:
+        _memo.cache = prev
+
+
+def forget_free_names() -> None:
+    cache = getattr(_memo, "cache", None)
+    if cache:
+        cache.clear()
+
+
 def _free_names(g: Graph) -> set:
     from ..execution.plan import graph_free_names
 
-    return set(graph_free_names(g))
+    cache = getattr(_memo, "cache", None)
+    if cache is None:
+        return set(graph_free_names(g))
+    hit = cache.get(id(g))
+    if hit is None or hit[0] is not g:
+        hit = cache[id(g)] = (g, frozenset(graph_free_names(g)))
+    return set(hit[1])
 
 
 def use_counts(g: Graph) -> dict:
