@@ -5,6 +5,12 @@
   scipy's erf is ~10x slower on float32 arrays; float64 inputs still use scipy for full double precision.
 * :func:`sigmoid` -- ``1 / (1 + exp(-x))``: numpy's SIMD exp makes it several times faster than scipy's expit.
 * :func:`blockwise` -- applies such multi-pass formulas block by block so the temporaries stay in cache.
+* :func:`gelu_erf32_into` -- exact (erf) GELU for float32 as ``x / (1 + exp(-x P(x^2)))``: x Phi(x) with
+  Phi = sigmoid(h), h(x) = log(Phi(x) / Phi(-x)) = 2 atanh(erf(x / sqrt 2)) fitted as an odd polynomial x P(x^2)
+  (degree 13, weighted minimax on [0, 6] for an output error below 1 float32 ulp plus 1 ulp of |x| / 2^24;
+  measured max abs error 6e-7 over [-12, 12], half that of the erf route).  17 array passes (one exp2) instead
+  of 29; no cancellation in the negative tail (1 + erf is never formed); the polynomial stays above 10 for x >= 4,
+  so exp(-h) vanishes and x passes through unchanged for large x, and -0.0 comes out for large negative x.
 """
 
 from __future__ import annotations
@@ -64,6 +70,48 @@ def erf32(x: np.ndarray) -> np.ndarray:
     return blockwise(_erf32_block, x)
 
 
+# -h(x) / x as a polynomial in u = x^2, times log2(e): the kernel forms exp(-h) as exp2 (numpy's float32 exp2 loop
+# is ~1.6x faster than exp)
+_GH = tuple(np.float32(-c * 1.4426950408889634) for c in (
+    1.5957701362477157, 0.07266547502557592, -6.460973021683908e-05, -0.00011081503587274633,
+    7.962081394954778e-06, -2.6688682643016447e-07, 3.5738314518976234e-09,
+))
+GELU_BLOCK = 16384
+
+
+def gelu_erf32_into(x: np.ndarray, out: np.ndarray, u: np.ndarray, p: np.ndarray) -> None:
+    """out = x Phi(x) for equal-length 1-D float32 blocks; ``u``/``p`` are scratch of the same length (out may be
+    x itself).  Floating-point warnings are the caller's business (exp overflows to inf for x < -9.5, giving -0)."""
+    np.multiply(x, x, out=u)
+    g = _GH
+    np.multiply(u, g[6], out=p)
+    for c in (g[5], g[4], g[3], g[2], g[1]):
+        p += c
+        p *= u
+    p += g[0]
+    p *= x
+    np.exp2(p, out=p)
+    p += _ONE
+    np.divide(x, p, out=out)
+
+
+def gelu_erf32(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Exact GELU of a C-contiguous float32 array into ``dst`` (same shape, may be ``src``), block by block."""
+    n = src.size
+    if n:
+        fs = src.reshape(-1)
+        fd = dst.reshape(-1)
+        b = min(n, GELU_BLOCK)
+        u = np.empty(b, dtype=_F32)
+        p = np.empty(b, dtype=_F32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for i in range(0, n, b):
+                j = min(i + b, n)
+                k = j - i
+                gelu_erf32_into(fs[i:j], fd[i:j], u[:k], p[:k])
+    return dst
+
+
 def erf64(x: np.ndarray) -> np.ndarray:
     """erf in double precision (scipy, imported on first use: scipy.special costs ~0.2-0.4 s to import)."""
     from scipy.special import erf as _erf64
@@ -94,3 +142,43 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     """Logistic function of a float32/float64 array, in its type (exp overflow gives the exact limit 0)."""
     with np.errstate(over="ignore"):
         return blockwise(_sigmoid_block, x)
+
+
+# --------------------------------------------------------------------------------------------- narrow float -> f32
+_F16 = np.dtype(np.float16)
+_F16_SHIFT_MASK = np.int32(-1879056384)  # 0x8FFFE000: the sign bit and the 15 exponent/mantissa bits, shifted
+_F16_SCALE = np.float32(2.0 ** 112)  # rebias the 5-bit exponent to float32's (subnormals come out exact too)
+_F16_BIG = np.float32(65536.0)  # exponent 31 (inf/nan) lands at or above 2^16; finite float16 stay below
+_DENORM = np.float32(1e-40)
+_FAST_MIN = 2048
+
+
+def f16_to_f32(h: np.ndarray) -> np.ndarray:
+    """float16 -> float32 (a new array, exact for every bit pattern), ~2x faster than ``astype`` on large arrays.
+
+    The bits are moved into place with integer ops and the exponent rebiased with one float multiply by 2^112
+    (exact: float16 subnormals land on float32 subnormals, which the multiply renormalizes); inf/nan (exponent
+    31) are rare and redone with ``astype``.  Small or strided arrays, and processes running with
+    denormals-are-zero, use ``astype``.
+    """
+    if h.size < _FAST_MIN or not h.flags.c_contiguous or _DENORM * _F16_SCALE == 0:
+        return h.astype(_F32)
+    i = h.view(np.int16).astype(np.int32)  # sign-extended: bits 16.. copy the sign
+    np.left_shift(i, 13, out=i)
+    np.bitwise_and(i, _F16_SHIFT_MASK, out=i)
+    f = i.view(_F32)
+    f *= _F16_SCALE
+    if f.max() >= _F16_BIG or f.min() <= -_F16_BIG:
+        bad = np.abs(f) >= _F16_BIG
+        f[bad] = h[bad].astype(_F32)
+    return f
+
+
+def to_f32(x: np.ndarray) -> np.ndarray:
+    """x as float32: float32 itself, float16 via :func:`f16_to_f32`, anything else via ``astype``."""
+    dt = x.dtype
+    if dt == _F32:
+        return x
+    if dt == _F16:
+        return f16_to_f32(x)
+    return x.astype(_F32)

@@ -229,8 +229,10 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def _gelu_erf_block(x):
+    if x.dtype == _F32:
+        return _fast.gelu_erf32(np.ascontiguousarray(x), np.empty(x.shape, dtype=_F32))
     e = x * _SQRT_HALF
-    e = _fast._erf32_block(e) if x.dtype == _F32 else _erf(e)
+    e = _erf(e)
     e += 1.0
     e *= x
     e *= 0.5
@@ -257,6 +259,11 @@ def _gelu_tanh_block(x, out=None):
 @kernel("Gelu", 20)
 def gelu(x, *, approximate="none"):
     if approximate == "none":
+        xf = _up(x)
+        if xf.dtype == _F32:
+            src = np.ascontiguousarray(xf)
+            dst = src if x.dtype != _F32 or src is not xf else np.empty(src.shape, dtype=_F32)  # fresh: in place
+            return _down(_fast.gelu_erf32(src, dst), x)
         fn = _gelu_erf_block
     elif approximate == "tanh":
         fn = _gelu_tanh_block

@@ -17,12 +17,13 @@ from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
 from .conv import conv as _conv
-from .linalg import _gemm, _to_f32
+from .linalg import _gemm, _mm, _to_f32
+from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
 
 
 def _up(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype in (_F32, _F64) else x.astype(_F32)
+    return x if x.dtype in (_F32, _F64) else _fast.to_f32(x)
 
 
 def _last_dim_bias(x: np.ndarray, bias, op: str, name: str = "bias") -> np.ndarray:
@@ -42,15 +43,6 @@ def _last_dim_bias(x: np.ndarray, bias, op: str, name: str = "bias") -> np.ndarr
 _GELU_BLOCK = 32768
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def _gelu_erf_into(x: np.ndarray, o: np.ndarray) -> None:
-    """o = 0.5 x (1 + erf(x / sqrt 2)) for float32 blocks (o may be x itself); the ops of activations.Gelu."""
-    e = np.multiply(x, _SQRT_HALF)
-    e = _fast._erf32_block(e)
-    e += 1.0
-    e *= x
-    np.multiply(e, 0.5, out=o)
 
 
 def _fits(b_shape, x_shape) -> bool:
@@ -79,13 +71,14 @@ def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     else:
         src = xf
         dst = xf if own or xf is not x else np.empty(xf.shape, dtype=_F32)  # xf is fresh when x was upcast
-    fn = _gelu_tanh_block if approx else _gelu_erf_into
+    if not approx:
+        return _fast.gelu_erf32(src, dst).astype(x.dtype, copy=False)
     n = src.size
     if n:
         fs = src.reshape(-1)
         fd = dst.reshape(-1)
         for i in range(0, n, _GELU_BLOCK):
-            fn(fs[i:i + _GELU_BLOCK], fd[i:i + _GELU_BLOCK])
+            _gelu_tanh_block(fs[i:i + _GELU_BLOCK], fd[i:i + _GELU_BLOCK])
     return dst.astype(x.dtype, copy=False)
 
 
@@ -99,6 +92,55 @@ def ms_gelu(X, *, _donated=()):
 def bias_gelu(A, B, *, _donated=()):
     a = _float_arr(A, "BiasGelu", "A")
     return _gelu(a, B, "BiasGelu", False, _donated)
+
+
+def _matmul_bias_gelu_generic(A, B, bias):
+    op = "MatMulBiasGelu"
+    a = _float_arr(A, op, "A")
+    w = _float_arr(B, op, "B")
+    if a.dtype != w.dtype:
+        raise TypeError(f"{op}: A and B must have the same type, got {a.dtype} and {w.dtype}")
+    dt = a.dtype
+    a = _up(a)
+    w = _up(w) if w.dtype in (_F32, _F64) else _to_f32(w)
+    if w.ndim == 2 and a.ndim >= 1 and a.shape[-1] == w.shape[0]:
+        y = _matmul(a, w)  # a fresh product: the GELU runs on it in place
+    else:
+        y = np.array(_mm(op, a, w), copy=True)
+    return _gelu(y, bias, "BiasGelu", False, (0,)).astype(dt, copy=False)
+
+
+@kernel("MatMulBiasGelu", domain="ai.onnxpy")
+def matmul_bias_gelu(A, B, bias):
+    """BiasGelu(MatMul(A, B), bias) (written by the level-99 MatMulBiasGeluFusion, optimizer/fusions.py).
+
+    The product is formed in the compute type (float32 for float16/bfloat16) and the bias and GELU applied to
+    it in place, so a narrow-float model rounds once instead of after the MatMul and again after the BiasGelu.
+    """
+    return _matmul_bias_gelu_generic(A, B, bias)
+
+
+def _matmul_bias_gelu_specialize(consts, kwargs):
+    """A constant 2-D weight of a narrow float: converted to float32 once, per plan."""
+    if len(consts) != 3:
+        return None
+    w = consts[1]
+    if not isinstance(w, np.ndarray) or w.ndim != 2 or w.dtype in (_F32, _F64) or w.dtype.kind not in "fV":
+        return None
+    dt = w.dtype
+    w32 = w.astype(_F32)
+    generic = _matmul_bias_gelu_generic
+
+    def run(A, B, bias):
+        if type(A) is not np.ndarray or A.dtype != dt or A.ndim == 0 or A.shape[-1] != w32.shape[0]:
+            return generic(A, B, bias)
+        y = _matmul(_up(A), w32)
+        return _gelu(y, bias, "BiasGelu", False, (0,)).astype(dt)
+
+    return run
+
+
+matmul_bias_gelu.specialize = _matmul_bias_gelu_specialize
 
 
 @kernel("FastGelu", since=1, domain=MS_DOMAIN)

@@ -86,6 +86,9 @@ def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified, donated=
     bi = _vec(bias, D, op, "bias", cd)
     if 0 in donated and x.dtype == cd and s.dtype == cd and x.flags.writeable and x.flags.c_contiguous:
         total = np.add(x, s, out=x)  # x dies here and is ours (see registry: _donated)
+    elif x.dtype != cd and cd == _F32 and s.dtype == x.dtype:
+        total = _fast.to_f32(x)  # fresh (x is narrower): converted once each, then summed in place
+        total += _fast.to_f32(s)
     else:
         total = np.add(x, s, dtype=cd)
     if bi is not None:

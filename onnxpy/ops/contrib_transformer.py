@@ -15,10 +15,19 @@ import math
 
 import numpy as np
 
+from ._common import F32 as _F32
 from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
 from ._common import rotate as _rotate
+from ._ew_math import to_f32 as _to_f32
 from .registry import MS_DOMAIN, kernel
+
+
+def _in_cd(x: np.ndarray, cd) -> np.ndarray:
+    """x in the compute type (float16 widened by the fast bit conversion)."""
+    if x.dtype == cd:
+        return x
+    return _to_f32(x) if cd == _F32 else x.astype(cd)
 
 
 def _wants(output_names, i: int) -> bool:
@@ -153,20 +162,13 @@ def _causal_t(S: int, T: int, past: int) -> np.ndarray:
     return c
 
 
-def _mha_core_t(q, k, v, scale, additive, causal_past):
-    """The same-heads attention of :func:`_mha_core` computed in the transposed layout.
+_EXP_SAFE = 60.0  # e^60 per key: row sums stay finite in float32 for up to 3e12 keys
+_DEN_MIN = 1e-20  # row sums at least this: no row lost precision to underflow without the max subtraction
 
-    Scores are formed as k q^T ([B, N, T, S]) so that the softmax reductions run over axis -2, which numpy
-    vectorizes far better than reductions over the last axis; the scale is folded into q (the smaller operand),
-    the 1/sum normalization is applied to the [S, Hv] output rows instead of the [S, T] probabilities, and the
-    result is written straight into the merged-heads layout.  Returns the output as a [B, N, S, Hv] view of a
-    contiguous [B, S, N, Hv] array.
-    """
-    B, N, S, H = q.shape
-    T, Hv = k.shape[2], v.shape[3]
-    dt = q.dtype
-    qs = np.multiply(q, dt.type(scale))
-    st = np.matmul(k, qs.swapaxes(-1, -2))  # [B, N, T, S]
+
+def _scores_t(k, qs, additive, causal_past, S, T, dt):
+    """[B, N, T, S] scores k qs^T plus the (transposed) additive term and the causal mask."""
+    st = np.matmul(k, qs.swapaxes(-1, -2))
     if additive is not None:
         a = np.asarray(additive)
         if a.ndim < 4:
@@ -177,15 +179,45 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
         st += at
     if causal_past is not None:
         np.copyto(st, np.finfo(dt).min, where=_causal_t(S, T, int(causal_past)))
-    m = np.max(st, axis=-2, keepdims=True)  # [B, N, 1, S]
-    finite = bool(np.isfinite(m).all())
-    if not finite:  # rows with no finite score (or NaN): exp(s - 0) as in _softmax
-        m = np.where(np.isfinite(m), m, dt.type(0))
-    st -= m
-    np.exp(st, out=st)
-    den = np.sum(st, axis=-2, keepdims=True)
-    if not finite:
-        den = np.where(den == 0, dt.type(1), den)
+    return st
+
+
+def _mha_core_t(q, k, v, scale, additive, causal_past):
+    """The same-heads attention of :func:`_mha_core` computed in the transposed layout.
+
+    Scores are formed as k q^T ([B, N, T, S]) so that the softmax reductions run over axis -2, which numpy
+    vectorizes far better than reductions over the last axis; the scale is folded into q (the smaller operand),
+    the 1/sum normalization is applied to the [S, Hv] output rows instead of the [S, T] probabilities, and the
+    result is written straight into the merged-heads layout.  Returns the output as a [B, N, S, Hv] view of a
+    contiguous [B, S, N, Hv] array.
+
+    When no score exceeds 60 the scores are exponentiated without subtracting the row maxima (softmax is
+    shift-invariant and each exp is correctly rounded on its own; one global max replaces a per-row max and a
+    subtraction pass).  Should a row sum come out below 1e-20 (every key of the row far below zero: masked, or
+    extreme), the scores are formed again and the row maxima subtracted as usual.
+    """
+    B, N, S, H = q.shape
+    T, Hv = k.shape[2], v.shape[3]
+    dt = q.dtype
+    qs = np.multiply(q, dt.type(scale))
+    st = _scores_t(k, qs, additive, causal_past, S, T, dt)
+    den = None
+    if st.size and st.max() <= _EXP_SAFE:  # False for NaN
+        np.exp(st, out=st)
+        den = np.sum(st, axis=-2, keepdims=True)
+        if not den.min() >= _DEN_MIN:
+            st = _scores_t(k, qs, additive, causal_past, S, T, dt)
+            den = None
+    if den is None:
+        m = np.max(st, axis=-2, keepdims=True)  # [B, N, 1, S]
+        finite = bool(np.isfinite(m).all())
+        if not finite:  # rows with no finite score (or NaN): exp(s - 0) as in _softmax
+            m = np.where(np.isfinite(m), m, dt.type(0))
+        st -= m
+        np.exp(st, out=st)
+        den = np.sum(st, axis=-2, keepdims=True)
+        if not finite:
+            den = np.where(den == 0, dt.type(1), den)
     out = np.empty((B, S, N, Hv), dtype=dt)
     ov = out.transpose(0, 2, 1, 3)
     np.matmul(st.swapaxes(-1, -2), v, out=ov)
@@ -330,7 +362,7 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
             if b.ndim != 1 or b.shape[0] < 2 * D:
                 raise ValueError(f"{op}: bias must be 1-D of length hidden_q + hidden_k + hidden_v, got {b.shape}")
             bq, bk, bv = b[:D], b[D:2 * D], b[2 * D:]
-        q = qx.astype(cd, copy=False)
+        q = _in_cd(qx, cd)
         if bq is not None:
             q = q + bq
         q = _split_heads(q, N, op, "query")
@@ -360,8 +392,8 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
                 if kx.shape[0] != B or kx.shape[2] != D or vx.ndim != 3 or vx.shape[:2] != kx.shape[:2]:
                     raise ValueError(f"{op}: key/value must have shape ({B}, L, {D}) and ({B}, L, v_hidden), got "
                                      f"{kx.shape} and {vx.shape}")
-                k = kx.astype(cd, copy=False)
-                v = vx.astype(cd, copy=False)
+                k = _in_cd(kx, cd)
+                v = _in_cd(vx, cd)
                 if bk is not None:
                     if bv.shape[0] != v.shape[2]:
                         raise ValueError(f"{op}: bias length {b.shape[0]} does not match hidden sizes "

@@ -13,6 +13,8 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from ._ew_math import to_f32 as _act_f32
+from ._shape_util import NOT_CONST
 from .registry import kernel
 
 _F32 = np.dtype(np.float32)
@@ -76,7 +78,7 @@ def matmul(A, B):
     if dt != B.dtype:
         raise TypeError(f"MatMul: inputs must have the same element type, got {dt} and {B.dtype}")
     if dt in _LOW_FLOATS:
-        return matmul(A.astype(_F32), _to_f32(B)).astype(dt)
+        return matmul(_act_f32(A), _to_f32(B)).astype(dt)
     if A.ndim > 2 and B.ndim == 2 and A.shape[-1] == B.shape[0]:
         # (..., M, K) @ (K, N): one large GEMM instead of a loop of small ones
         return _matmul(A.reshape(math.prod(A.shape[:-1]), A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[1],))
@@ -84,6 +86,88 @@ def matmul(A, B):
         return _matmul(A, B)
     except ValueError:
         return _mm("MatMul", A, B)  # raises with a clear message
+
+
+def _mm_rows(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """a (..., K) @ w (K, N) as one 2-D GEMM when a is C-contiguous (a fresh C-contiguous result)."""
+    if a.ndim > 2 and a.flags.c_contiguous:
+        return _matmul(a.reshape(-1, a.shape[-1]), w).reshape(a.shape[:-1] + (w.shape[1],))
+    return _matmul(a, w)
+
+
+def _matmul_bias_generic(A, B, bias):
+    a = _arr(A, "MatMulBias", "A")
+    b = _arr(B, "MatMulBias", "B")
+    c = _arr(bias, "MatMulBias", "bias")
+    dt = a.dtype
+    if dt != b.dtype or dt != c.dtype:
+        raise TypeError(f"MatMulBias: inputs must have the same element type, got {dt}, {b.dtype} and {c.dtype}")
+    if dt in _LOW_FLOATS:
+        y = _matmul_bias_f32(_act_f32(a), _to_f32(b), c.astype(_F32))
+        return y.astype(dt)
+    if dt.kind != "f":
+        return np.add(matmul(a, b), c)  # integer MatMul then Add: the unfused results exactly
+    return _matmul_bias_f32(a, b, c)
+
+
+def _matmul_bias_f32(a, w, c):
+    """a @ w + c for float32/float64 operands; c is added in place when it does not grow the product's shape."""
+    if a.ndim == 0 or w.ndim == 0:
+        raise ValueError(f"MatMulBias: inputs must have rank >= 1, got shapes {a.shape} and {w.shape}")
+    if w.ndim == 2 and a.shape[-1] == w.shape[0]:
+        y = _mm_rows(a, w)
+    else:
+        y = _mm("MatMulBias", a, w)
+    if y.ndim == 0 or c.ndim > y.ndim or not _fits(c.shape, y.shape) or not y.flags.writeable:
+        return np.add(y, c)
+    y += c
+    return y
+
+
+def _fits(c_shape, y_shape) -> bool:
+    try:
+        return np.broadcast_shapes(c_shape, y_shape) == y_shape
+    except ValueError:
+        return False
+
+
+@kernel("MatMulBias", domain="ai.onnxpy")
+def matmul_bias(A, B, bias):
+    """MatMul(A, B) + bias (written by the level-99 MatMulBiasFusion, onnxpy/optimizer/fusions.py).
+
+    float32/float64: one GEMM and an in-place bias add on its fresh output.  float16/bfloat16: the product and
+    the sum are computed in float32 and rounded once (the unfused graph rounds after the MatMul and again after
+    the Add; the fused value is the more accurate of the two, within one unit of the narrow type).
+    """
+    return _matmul_bias_generic(A, B, bias)
+
+
+def _matmul_bias_specialize(consts, kwargs):
+    """Constant 2-D weight and bias: converted to the compute type once, per plan."""
+    if len(consts) != 3:
+        return None
+    _, w, c = consts
+    if w is NOT_CONST or c is NOT_CONST or not isinstance(w, np.ndarray) or not isinstance(c, np.ndarray):
+        return None
+    dt = w.dtype
+    if w.ndim != 2 or c.dtype != dt or dt.kind != "f" and dt not in _LOW_FLOATS:
+        return None
+    low = dt in _LOW_FLOATS
+    w_c = w.astype(_F32) if low else w
+    c_c = c.astype(_F32) if low else c
+    generic = _matmul_bias_generic
+
+    def run(A, B, bias):
+        if type(A) is not np.ndarray or A.dtype != dt or A.ndim == 0 or A.shape[-1] != w_c.shape[0]:
+            return generic(A, B, bias)
+        if low:
+            return _matmul_bias_f32(_act_f32(A), w_c, c_c).astype(dt)
+        return _matmul_bias_f32(A, w_c, c_c)
+
+    return run
+
+
+matmul_bias.specialize = _matmul_bias_specialize
 
 
 # --- Gemm --------------------------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ model saved at the same level also loads in onnxruntime:
 * BiasGeluFusion (extended): Gelu(Add(x, const bias)) -> com.microsoft.BiasGelu
 * SkipLayerNormFusion (extended): LayerNormalization(Add(a, b)) -> com.microsoft.SkipLayerNormalization
 * MatMulAddFusion (basic): MatMul(2-D X, const W) + const B -> Gemm
+* MatMulBiasFusion (level 99 only, onnxpy's internal op): MatMul(X of any rank, const 2-D W) + const 1-D bias of
+  W's width -> ai.onnxpy.MatMulBias (one GEMM, the bias added in place; float16 rounded once)
+* MatMulBiasGeluFusion (level 99 only): BiasGelu(MatMul(X, const 2-D W), const bias) -> ai.onnxpy.MatMulBiasGelu
+  (neither runs when the session writes its optimized model: that file stays loadable by onnxruntime)
 """
 
 from __future__ import annotations
@@ -295,7 +299,78 @@ class MatMulAddFusion(AnchoredFusion):
         return gemm, [mm, add]
 
 
-FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion()]
+_FLOAT_KINDS = frozenset(("float16", "float32", "float64", "bfloat16"))
+
+
+def _saving(ctx) -> bool:
+    """True when the optimized graph is to be written out (``optimized_model_filepath``): the MatMul fusions below
+    only speed up this process's runs, and leaving them out keeps the saved model loadable by onnxruntime."""
+    return bool(getattr(ctx.options, "optimized_model_filepath", "")) if ctx.options is not None else False
+
+
+class MatMulBiasFusion(AnchoredFusion):
+    """MatMul + bias Add for the activations of transformers ([batch, seq, hidden] @ [hidden, out] + [out]).
+
+    Level 99 only (the op is onnxpy's): it runs after the extended fusions of the same round, so BiasGelu and
+    SkipLayerNormalization have taken their Adds and attention fusion has read the projections first.
+    """
+
+    name = "MatMulBiasFusion"
+    level = 99
+    anchor = "Add"
+
+    def match(self, add, m, g, ctx):
+        if len(add.inputs) != 2 or len(add.outputs) != 1 or _saving(ctx):
+            return None
+        for mm_out, bias in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            mm = m.producer(mm_out)
+            if not _is(mm, "MatMul") or len(mm.inputs) != 2 or not m.single_use(mm_out):
+                continue
+            w = g.initializers.get(mm.inputs[1])
+            b = g.initializers.get(bias)
+            if w is None or b is None or not isinstance(w, np.ndarray) or not isinstance(b, np.ndarray):
+                continue
+            if w.ndim != 2 or b.ndim != 1 or b.shape[0] != w.shape[1] or b.dtype != w.dtype \
+                    or w.dtype.name not in _FLOAT_KINDS or mm.inputs[0] in g.initializers:
+                continue
+            new = Node("MatMulBias", "ai.onnxpy", [mm.inputs[0], mm.inputs[1], bias], [add.outputs[0]], {},
+                       name=ctx.fresh("MatMulBias"))
+            return new, [mm, add]
+        return None
+
+
+class MatMulBiasGeluFusion(AnchoredFusion):
+    """BiasGelu(MatMul(X, const 2-D W), const 1-D bias) -> ai.onnxpy.MatMulBiasGelu (level 99 only).
+
+    The GELU runs in place on the GEMM's fresh output; a float16 model skips rounding the product to float16 and
+    widening it again.
+    """
+
+    name = "MatMulBiasGeluFusion"
+    level = 99
+    anchor = "BiasGelu"
+    anchor_domain = MS
+
+    def match(self, bg, m, g, ctx):
+        if len(bg.inputs) != 2 or len(bg.outputs) != 1 or _saving(ctx):
+            return None
+        mm = m.producer(bg.inputs[0])
+        if not _is(mm, "MatMul") or len(mm.inputs) != 2 or not m.single_use(bg.inputs[0]):
+            return None
+        w = g.initializers.get(mm.inputs[1])
+        b = g.initializers.get(bg.inputs[1])
+        if not isinstance(w, np.ndarray) or not isinstance(b, np.ndarray) or mm.inputs[0] in g.initializers:
+            return None
+        if w.ndim != 2 or b.ndim != 1 or b.shape[0] != w.shape[1] or b.dtype != w.dtype \
+                or w.dtype.name not in _FLOAT_KINDS:
+            return None
+        new = Node("MatMulBiasGelu", "ai.onnxpy", [mm.inputs[0], mm.inputs[1], bg.inputs[1]], [bg.outputs[0]], {},
+                   name=ctx.fresh("MatMulBiasGelu"))
+        return new, [mm, bg]
+
+
+FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion(), MatMulBiasFusion(),
+                       MatMulBiasGeluFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
 __all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "SweepPass", "np"]

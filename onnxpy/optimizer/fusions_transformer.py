@@ -437,7 +437,8 @@ def _last_dim(g, m, ctx, name):
             b = g.initializers.get(a)
             if b is not None and b.ndim == 1 and b.size > 1:
                 return int(b.size)
-    if _is(n, "MatMul") and n.inputs[1] in g.initializers and g.initializers[n.inputs[1]].ndim == 2:
+    if (_is(n, "MatMul") or n is not None and n.op_type == "MatMulBias" and n.domain == "ai.onnxpy") \
+            and n.inputs[1] in g.initializers and g.initializers[n.inputs[1]].ndim == 2:
         return int(g.initializers[n.inputs[1]].shape[1])
     if _is(n, "Split"):
         axis = int(n.attrs.get("axis", 0))

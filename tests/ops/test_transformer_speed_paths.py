@@ -1,0 +1,342 @@
+"""Fast paths of the transformer kernels and the level-99 MatMul fusions.
+
+* exact GELU as x * sigmoid(x P(x^2)) (_ew_math.gelu_erf32) against a float64 reference and onnxruntime;
+* float16 -> float32 bit conversion (_ew_math.f16_to_f32) over every bit pattern;
+* MatMulBias / MatMulBiasGelu (ai.onnxpy): kernels against numpy, fused sessions against unfused ones and
+  onnxruntime, and the fusion guards;
+* MultiHeadAttention's softmax without the row-max subtraction and its fallbacks;
+* SkipLayerNormalization's float16 path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy
+from onnxpy.ops import _ew_math as em
+from onnxpy.ops import contrib_fused as cf
+from onnxpy.ops import contrib_transformer as ct
+from onnxpy.ops import linalg
+from onnxpy.ops._shape_util import NOT_CONST
+
+ort = pytest.importorskip("onnxruntime")
+special = pytest.importorskip("scipy.special")
+MS = "com.microsoft"
+_TP = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+       np.dtype(np.float64): TensorProto.DOUBLE}
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _gelu_ref(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x * special.ndtr(x)
+
+
+def _ort(mb, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(mb, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _py(mb, feeds, level=None, disabled=()):
+    so = onnxpy.SessionOptions()
+    if level is not None:
+        so.graph_optimization_level = level
+    s = onnxpy.InferenceSession(mb, so, disabled_optimizers=list(disabled))
+    return s.run(None, feeds), s
+
+
+# ------------------------------------------------------------------------------------------------------------ GELU
+def test_gelu_erf32_accuracy_dense_grid():
+    x = np.concatenate([np.linspace(-12, 12, 400_001, dtype=np.float32),
+                        (_rng(1).standard_normal(100_000) * 3).astype(np.float32)])
+    y = em.gelu_erf32(x, np.empty_like(x)).astype(np.float64)
+    err = np.abs(y - _gelu_ref(x))
+    assert err.max() < 1e-6
+    # a few float32 ulp of the output, or of |x| / 2 where 1 + erf cancels
+    assert np.all(err <= 4 * np.spacing(np.abs(y).astype(np.float32)) + 3e-8 * np.abs(x) + 1e-30)
+
+
+def test_gelu_erf32_special_values_and_in_place():
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e30, -1e30, 3e38, -3e38, 1e-40, -1e-40, 4.0, -4.0, 20, -20],
+                 np.float32)
+    y = em.gelu_erf32(x.copy(), np.empty_like(x))
+    assert y[0] == np.inf and np.isnan(y[1]) and np.isnan(y[2])  # -inf * Phi(-inf) = -inf * 0, as 0.5x(1+erf)
+    assert y[3] == 0 and y[4] == 0 and np.signbit(y[4])
+    assert y[5] == np.float32(1e30) and y[7] == np.float32(3e38)
+    assert y[6] == 0 and y[8] == 0
+    err = np.abs(y[9:].astype(np.float64) - _gelu_ref(x[9:]))
+    assert np.all(err <= 2e-6 * np.abs(_gelu_ref(x[9:])) + 3e-8 * np.abs(x[9:]))
+    z = (_rng(2).standard_normal(40_000) * 4).astype(np.float32)  # several blocks and a ragged tail
+    ref = em.gelu_erf32(z, np.empty_like(z))
+    w = z.copy()
+    assert em.gelu_erf32(w, w) is w
+    np.testing.assert_array_equal(w, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (1, 2, 20_001), (0, 4)])
+def test_gelu_ops_vs_ort(dtype, shape):
+    r = _rng(3)
+    x = (r.standard_normal(shape) * 3).astype(dtype)
+    b = r.standard_normal(shape[-1]).astype(dtype)
+    tp = _TP[np.dtype(dtype)]
+    for op, dom, ins in (("Gelu", MS, [x]), ("BiasGelu", MS, [x, b]), ("Gelu", "", [x])):
+        names = [f"i{k}" for k in range(len(ins))]
+        node = helper.make_node(op, names, ["y"], domain=dom)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, tp, list(a.shape))
+                                            for n, a in zip(names, ins)],
+                              [helper.make_tensor_value_info("y", tp, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid(MS, 1)],
+                              ir_version=9)
+        feeds = dict(zip(names, ins))
+        got, _ = _py(m.SerializeToString(), feeds)
+        ref = _gelu_ref(x + (b if op == "BiasGelu" else 0))
+        assert got[0].dtype == x.dtype and got[0].shape == x.shape
+        tol = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-12}[dtype]
+        np.testing.assert_allclose(got[0].astype(np.float64), ref, rtol=tol, atol=tol)
+        if dtype != np.float64 or dom == "":
+            try:
+                exp = _ort(m.SerializeToString(), feeds)
+            except Exception:  # noqa: BLE001 - onnxruntime lacks some of these type/op pairs on CPU
+                continue
+            np.testing.assert_allclose(got[0].astype(np.float64), exp[0].astype(np.float64),
+                                       rtol=10 * tol, atol=10 * tol)
+
+
+def test_gelu_block_routine_matches_contrib():
+    from onnxpy.ops.activations import _blockwise, _gelu_erf_block
+
+    x = (_rng(4).standard_normal((2, 3, 7001)) * 3).astype(np.float32)
+    np.testing.assert_array_equal(cf.ms_gelu(x), _blockwise(_gelu_erf_block, x))
+    xs = x[:, :, ::3]  # strided
+    np.testing.assert_array_equal(cf.ms_gelu(np.ascontiguousarray(xs)), _blockwise(_gelu_erf_block, xs))
+
+
+# ------------------------------------------------------------------------------------------------ float16 -> f32
+def test_f16_to_f32_every_bit_pattern():
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = em.f16_to_f32(h)
+    exp = h.astype(np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), exp.view(np.uint32))  # nan payloads and -0 included
+    for v in (h.reshape(256, 256)[:, ::3], h[:100], h[:0], h.reshape(256, 256).T):
+        np.testing.assert_array_equal(em.f16_to_f32(v), v.astype(np.float32))
+    assert em.to_f32(exp) is exp
+
+
+# ----------------------------------------------------------------------------------------- MatMulBias (kernel)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("a_shape", [(5,), (4, 5), (2, 3, 5), (2, 1, 3, 5)])
+def test_matmul_bias_kernel(dtype, a_shape):
+    r = _rng(5)
+    a = (r.standard_normal(a_shape) * 3).astype(dtype)
+    w = (r.standard_normal((5, 6)) * 3).astype(dtype)
+    b = (r.standard_normal(6) * 3).astype(dtype)
+    got = linalg.matmul_bias(a, w, b)
+    if dtype == np.float16:
+        exp = (a.astype(np.float32) @ w.astype(np.float32) + b.astype(np.float32)).astype(np.float16)
+    else:
+        exp = np.matmul(a, w) + b
+    assert got.dtype == exp.dtype and got.shape == exp.shape
+    np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=1e-6, atol=1e-6)
+    fast = linalg._matmul_bias_specialize((NOT_CONST, w, b), {})
+    if np.dtype(dtype).kind == "f":
+        assert fast is not None
+        np.testing.assert_array_equal(fast(a, w, b), got)
+        if a.ndim > 1:  # non-contiguous activations and a mismatched dtype fall back to the generic kernel
+            at = np.swapaxes(np.swapaxes(a, -1, -2).copy(), -1, -2)
+            np.testing.assert_allclose(fast(at, w, b).astype(np.float64), got.astype(np.float64), rtol=1e-6,
+                                       atol=1e-6)
+    else:
+        assert fast is None
+
+
+def test_matmul_bias_kernel_broadcasting_bias_and_errors():
+    r = _rng(6)
+    a = r.standard_normal((3, 4)).astype(np.float32)
+    w = r.standard_normal((4, 2)).astype(np.float32)
+    b2 = r.standard_normal((5, 3, 1)).astype(np.float32)  # grows the output: not in place
+    np.testing.assert_allclose(linalg.matmul_bias(a, w, b2), a @ w + b2, rtol=1e-6)
+    with pytest.raises((ValueError, TypeError)):
+        linalg.matmul_bias(a, w.astype(np.float64), b2)
+    with pytest.raises(ValueError):
+        linalg.matmul_bias(a, r.standard_normal((3, 2)).astype(np.float32), np.zeros(2, np.float32))
+
+
+# ---------------------------------------------------------------------------------------- MatMul fusions (graph)
+def _ffn_model(dtype, n=6, k=10, h=16, seq=7, bias_first=False, extra_reader=False, bias_2d=False, gelu=True):
+    """x @ W1 + b1 -> Gelu (erf form) -> @ W2 + b2, the BERT feed-forward block as torch exports it."""
+    r = _rng(7)
+    dt = np.dtype(dtype)
+    tp = _TP[dt]
+    w1 = (r.standard_normal((k, h)) * 0.3).astype(dt)
+    b1 = r.standard_normal((1, h) if bias_2d else h).astype(dt)
+    w2 = (r.standard_normal((h, k)) * 0.3).astype(dt)
+    b2 = r.standard_normal(k).astype(dt)
+    inits = [numpy_helper.from_array(v, nm) for v, nm in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))]
+    inits += [numpy_helper.from_array(np.array(v, dt), nm) for v, nm in ((np.sqrt(2), "sq2"), (1.0, "one"),
+                                                                         (0.5, "half"))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+             helper.make_node("Add", ["b1", "m1"] if bias_first else ["m1", "b1"], ["a1"])]
+    if gelu:
+        nodes += [helper.make_node("Div", ["a1", "sq2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["a1", "e1"], ["m"]),
+                  helper.make_node("Mul", ["m", "half"], ["g"])]
+    else:
+        nodes += [helper.make_node("Relu", ["a1"], ["g"])]
+    nodes += [helper.make_node("MatMul", ["g", "w2"], ["m2"]), helper.make_node("Add", ["m2", "b2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", tp, None)]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("m1", tp, None))
+    g = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", tp, [n, seq, k])], outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    x = (r.standard_normal((n, seq, k)) * 2).astype(dt)
+    return m.SerializeToString(), {"x": x}
+
+
+def _op_types(sess):
+    return [n.op_type for n in sess._plan.graph.nodes]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("bias_first", [False, True])
+def test_matmul_fusions_vs_unfused_and_ort(dtype, bias_first):
+    mb, feeds = _ffn_model(dtype, bias_first=bias_first)
+    got, s = _py(mb, feeds)
+    ops = _op_types(s)
+    assert "MatMulBiasGelu" in ops and "MatMulBias" in ops and "MatMul" not in ops
+    ref, s1 = _py(mb, feeds, level=onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    assert "MatMulBias" not in _op_types(s1) and "MatMulBiasGelu" not in _op_types(s1)
+    tol = 2e-2 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(got[0].astype(np.float64), ref[0].astype(np.float64), rtol=tol, atol=tol)
+    if dtype == np.float64:
+        return  # onnxruntime's CPU EP has no double Erf
+    exp = _ort(mb, feeds)
+    assert got[0].dtype == exp[0].dtype
+    np.testing.assert_allclose(got[0].astype(np.float64), exp[0].astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_matmul_bias_fusion_guards():
+    # the product is also a graph output: neither Add is fusable for the first MatMul
+    mb, feeds = _ffn_model(np.float32, extra_reader=True, gelu=False)
+    got, s = _py(mb, feeds)
+    assert _op_types(s).count("MatMulBias") == 1 and "MatMul" in _op_types(s)
+    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], _ort(mb, feeds)[1])
+    # a [1, h] bias is not the 1-D form
+    mb, feeds = _ffn_model(np.float32, bias_2d=True, gelu=False)
+    got, s = _py(mb, feeds)
+    assert _op_types(s).count("MatMulBias") == 1
+    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-5, atol=1e-5)
+    # switched off by name
+    _, s = _py(mb, feeds, disabled=("MatMulBiasFusion",))
+    assert "MatMulBias" not in _op_types(s)
+
+
+def test_matmul_bias_fusion_dynamic_weight_not_fused():
+    r = _rng(8)
+    a = r.standard_normal((2, 3, 4)).astype(np.float32)
+    w = r.standard_normal((4, 5)).astype(np.float32)
+    b = r.standard_normal(5).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+                          "g", [helper.make_tensor_value_info("a", 1, list(a.shape)),
+                                helper.make_tensor_value_info("w", 1, list(w.shape))],
+                          [helper.make_tensor_value_info("y", 1, None)], [numpy_helper.from_array(b, "b")])
+    mb = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+    got, s = _py(mb, {"a": a, "w": w})
+    assert "MatMulBias" not in _op_types(s)
+    np.testing.assert_allclose(got[0], a @ w + b, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ MHA softmax
+def _mha(q, k, v, mask, n):
+    return ct.multi_head_attention(q, k, v, None, None, mask, num_heads=n, _output_names=("y",))
+
+
+def _mha_slow(q, k, v, mask, n, monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(ct, "_EXP_SAFE", -np.inf)
+        return _mha(q, k, v, mask, n)
+
+
+@pytest.mark.parametrize("case", ["plain", "large", "masked_row", "neg_inf_row", "nan", "f64"])
+def test_mha_fast_softmax_matches_max_subtraction(case, monkeypatch):
+    r = _rng(9)
+    B, S, N, H = 2, 9, 3, 4
+    dt = np.float64 if case == "f64" else np.float32
+    q, k, v = [r.standard_normal((B, S, N * H)).astype(dt) for _ in range(3)]
+    mask = np.zeros((B, 1, S, S), dt)
+    mask[..., -2:] = -10000
+    if case == "large":
+        q *= 40  # scores beyond 60: the usual path
+    elif case == "masked_row":
+        mask[1, :, 3, :] = -10000  # every key of one query masked: its sum underflows, redone with the maxima
+    elif case == "neg_inf_row":
+        mask[0, :, 2, :] = -np.inf
+    elif case == "nan":
+        q[0, 1, 0] = np.nan
+    fast = _mha(q, k, v, mask, N)
+    slow = _mha_slow(q, k, v, mask, N, monkeypatch)
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.array_equal(np.isnan(fast), np.isnan(slow))
+
+
+def test_mha_vs_ort_bert_shape():
+    r = _rng(10)
+    B, S, N, H = 1, 33, 4, 8
+    q, k, v = [r.standard_normal((B, S, N * H)).astype(np.float32) for _ in range(3)]
+    mask = np.zeros((1, 1, S, S), np.float32)
+    mask[..., 20:] = -10000
+    names = ["q", "k", "v", "", "", "m"]
+    node = helper.make_node("MultiHeadAttention", names, ["y"], domain=MS, num_heads=N)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(nm, 1, list(a.shape))
+                                        for nm, a in zip(("q", "k", "v", "m"), (q, k, v, mask))],
+                          [helper.make_tensor_value_info("y", 1, None)])
+    mb = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                           ir_version=9).SerializeToString()
+    feeds = {"q": q, "k": k, "v": v, "m": mask}
+    got, _ = _py(mb, feeds)
+    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_mha_and_skip_layernorm_float16_inputs(dtype):
+    r = _rng(11)
+    B, S, N, H = 2, 5, 2, 6
+    q, k, v = [r.standard_normal((B, S, N * H)).astype(dtype) for _ in range(3)]
+    got = _mha(q, k, v, None, N)
+    exp = _mha(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), None, N).astype(dtype)
+    np.testing.assert_array_equal(got, exp)  # float16 widened exactly, computed in float32, rounded once
+    x, sk = [r.standard_normal((B, S, 3001)).astype(dtype) for _ in range(2)]
+    gam, bet = [r.standard_normal(3001).astype(dtype) for _ in range(2)]
+    from onnxpy.ops.contrib_norm import skip_layer_normalization as sln
+
+    got = sln(x, sk, gam, bet, epsilon=1e-5, _output_names=("y",))
+    exp = sln(x.astype(np.float32), sk.astype(np.float32), gam.astype(np.float32), bet.astype(np.float32),
+              epsilon=1e-5, _output_names=("y",)).astype(dtype)
+    np.testing.assert_array_equal(got, exp)
+    sk1 = sk[:1]  # a broadcast skip
+    got = sln(x, sk1, gam, bet, epsilon=1e-5, _output_names=("y",))
+    exp = sln(x.astype(np.float32), sk1.astype(np.float32), gam.astype(np.float32), bet.astype(np.float32),
+              epsilon=1e-5, _output_names=("y",)).astype(dtype)
+    np.testing.assert_array_equal(got, exp)
+
+
+def test_saved_model_leaves_matmul_fusions_out(tmp_path):
+    mb, feeds = _ffn_model(np.float32)
+    so = onnxpy.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    s = onnxpy.InferenceSession(mb, so)
+    y = s.run(None, feeds)[0]
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    assert not {n.op_type for n in saved.graph.node} & {"MatMulBias", "MatMulBiasGelu"}
+    np.testing.assert_allclose(_ort(saved.SerializeToString(), feeds)[0], y, rtol=1e-5, atol=1e-5)
+    _, s2 = _py(mb, feeds)  # without a file to write, the session itself runs the fused ops
+    assert "MatMulBiasGelu" in _op_types(s2)
