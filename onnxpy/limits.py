@@ -97,6 +97,17 @@ def current() -> Limits:
     return lim if lim is not None else from_env()
 
 
+def install(limits: Limits | None):
+    """Install ``limits`` on this thread; returns what was there, for :func:`restore` (the cheap form of applied)."""
+    prev = getattr(_local, "limits", None)
+    _local.limits = limits
+    return prev
+
+
+def restore(prev) -> None:
+    _local.limits = prev
+
+
 @contextmanager
 def applied(limits: Limits | None):
     """Install ``limits`` on this thread for the duration of the block (nestable)."""

@@ -214,14 +214,12 @@ class SessionState:
             return self._run_full(output_names, {}, None)  # (raises the usual TypeError)
         if self.blas_threads:
             set_blas_threads(self.blas_threads)
-        lim = limits._local
-        prev = getattr(lim, "limits", None)
-        lim.limits = self.limits  # what limits.applied() does, without a generator-based context manager
+        prev = limits.install(self.limits)  # what limits.applied() does, without a generator-based context manager
         try:
             with np.errstate(all="ignore"), logging_utils.scope_for(self.options, None):
                 outs = run_plan(self.plan, (), (), None, feeds)
         finally:
-            lim.limits = prev
+            limits.restore(prev)
         if self.shrink_arena:
             release_heap()
         const_ids = self._const_ids
