@@ -30,6 +30,15 @@ _ACT_PARAMS = {
 }
 
 
+def _expit(x, out=None):
+    """Logistic sigmoid (numpy: importing scipy.special would cost ~0.2 s of session creation), into ``out`` when
+    given. Sessions run with floating-point warnings off; exp overflow gives the exact limit 0."""
+    y = np.negative(x, out=out)
+    np.exp(y, out=y)
+    y += 1
+    return np.reciprocal(y, out=y)
+
+
 def _make_act(name: str, alpha: float, beta: float):
     key = name.lower()
     if key == "relu":
@@ -37,9 +46,7 @@ def _make_act(name: str, alpha: float, beta: float):
     if key == "tanh":
         return np.tanh
     if key == "sigmoid":
-        from scipy.special import expit  # lazily: scipy.special costs ~0.2 s to import
-
-        return expit
+        return _expit
     if key == "affine":
         return lambda x: alpha * x + beta
     if key == "leakyrelu":
@@ -453,7 +460,7 @@ def _spec_lstm(consts, kwargs):
     bias.flags.writeable = False
     want_y = _want_y(None, kwargs.get("_output_names"))
     generic = lstm
-    from scipy.special import expit
+    expit = _expit
 
     def state(s, Bsz):
         if s is None:
