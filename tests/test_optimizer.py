@@ -211,3 +211,34 @@ def test_constants_folded_inside_subgraphs(tmp_path):
     ortref = pytest.importorskip("onnxruntime")
     theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(theirs.run(None, {"X": x, "c": np.array(True)})[0], x + [2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("shape,c_shape,rank_known", [((2, 4, 5, 6), (4, 1, 1), False), ((2, 4, 5, 6), (1, 4, 1, 1), True),
+                                                      ((2, 4, 7), (4, 1), True), ((2, 4, 5, 6), (1,), False)])
+def test_batchnorm_affine_fusion(tmp_path, shape, c_shape, rank_known):
+    # BN -> Mul(c) -> Add(d) on a concatenated input (no Conv to fold into): one BN with adjusted scale and bias
+    ortref = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    C = shape[1]
+    inits = [numpy_helper.from_array(f(C), "s"), numpy_helper.from_array(f(C), "b"),
+             numpy_helper.from_array(f(C), "m"), numpy_helper.from_array(np.abs(f(C)) + 0.5, "v"),
+             numpy_helper.from_array(f(*c_shape), "c"), numpy_helper.from_array(f(*c_shape), "d")]
+    half = list(shape)
+    half[1] //= 2
+    nodes = [helper.make_node("Concat", ["X1", "X2"], ["X"], axis=1),
+             helper.make_node("BatchNormalization", ["X", "s", "b", "m", "v"], ["N"]),
+             helper.make_node("Mul", ["N", "c"], ["M"]),
+             helper.make_node("Add", ["d", "M"], ["A"]),
+             helper.make_node("Relu", ["A"], ["Y"])]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, half if rank_known else None) for n in ("X1", "X2")]
+    model = _model(nodes, ins, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    feeds = {"X1": f(*half), "X2": f(*half)}
+    ref = ortref.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], ref[0], rtol=1e-5, atol=1e-5)
+    ops = [n.op_type for n in saved.graph.node]
+    if rank_known or c_shape == (1,):
+        assert ops == ["Concat", "BatchNormalization", "Relu"], ops
+    else:  # the constant's alignment with the channel axis needs the input's rank
+        assert "Mul" in ops and "Add" in ops

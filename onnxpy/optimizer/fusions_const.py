@@ -1,12 +1,13 @@
-"""Basic-level exact constant fusions (onnxruntime's level-1 rules): per-channel Add/Mul folded into a Conv,
-a constant scale folded into a MatMul's weight, and the shape part of constant folding (Shape of static dims)."""
+"""Basic-level exact constant fusions (onnxruntime's level-1 rules): per-channel Add/Mul folded into a Conv or
+into an inference BatchNormalization, a constant scale folded into a MatMul's weight, and the shape part of constant
+folding (Shape of static dims)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .fusions import SweepPass, _is
-from .graph_types import _const, declared_dims
+from .graph_types import _const, declared_dims, value_ranks
 from .graph_utils import consumers, graph_output_names
 from .passes import Pass
 
@@ -76,6 +77,56 @@ class ConvMulFusion(_ConvConst):
     name = "ConvMulFusion"
     level = 1
     op = "Mul"
+
+
+class BatchNormAffineFusion(SweepPass):
+    """BatchNormalization (inference, constant parameters) -> Mul / Add by a per-channel or scalar constant ->
+    one BatchNormalization with scale*c, B*c (Mul) or B+c (Add): the same affine map per channel, one pass fewer
+    (caffe2-style exports put an affine Mul/Add after every BatchNorm)."""
+
+    name = "BatchNormAffineFusion"
+    level = 1
+    anchors = ("Mul", "Add")
+
+    def begin(self, g, ctx):
+        return value_ranks(ctx, g)
+
+    def rewrite(self, n, m, g, ctx):
+        if len(n.inputs) != 2:
+            return False
+        bn = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "BatchNormalization")), None)
+        if bn is None or len(bn.inputs) != 5 or any(o for o in bn.outputs[1:]) or not m.single_use(bn.outputs[0]):
+            return False
+        if int(bn.attrs.get("training_mode", 0) or 0) or "spatial" in bn.attrs and not int(bn.attrs["spatial"]):
+            return False
+        params = [_const(g, x) for x in bn.inputs[1:]]
+        c = _const(g, m.other_input(n, bn.outputs[0]))
+        if c is None or any(p is None for p in params):
+            return False
+        scale, bias = params[0], params[1]
+        if scale.dtype.kind != "f" or scale.dtype.itemsize < 4 or c.dtype != scale.dtype or bias.dtype != c.dtype:
+            return False
+        rank = m.sweep.get(bn.inputs[0])
+        if c.size == 1 and c.ndim <= 1:
+            rank = rank or 2  # a scalar never changes BN's (rank >= 2) output shape
+        if rank is None or rank < 2 or scale.ndim != 1:
+            return False
+        vec = _per_channel(c, rank, scale.shape[0])
+        if vec is None:
+            return False
+        if n.op_type == "Mul":
+            scale, bias = (scale * vec).astype(c.dtype), (bias * vec).astype(c.dtype)
+        else:
+            bias = (bias + vec).astype(c.dtype)
+        ins = list(bn.inputs)
+        for i, arr in ((1, scale), (2, bias)):
+            if arr is not params[i - 1]:
+                ins[i] = ctx.fresh(bn.inputs[i] + "_" + n.op_type.lower())
+                g.initializers[ins[i]] = arr
+        bn.inputs = ins
+        bn.outputs = [n.outputs[0]] + list(bn.outputs[1:])
+        g.nodes.remove(n)
+        return True
 
 
 class MatMulScaleFoldFusion(SweepPass):

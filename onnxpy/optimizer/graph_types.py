@@ -95,3 +95,36 @@ def _const(g, name):
 def _ints(g, name):
     v = _const(g, name)
     return None if v is None or v.dtype.kind not in "iu" else [int(x) for x in v.reshape(-1)]
+
+
+# ops whose output 0 has the rank of input 0
+_SAME_RANK_OPS = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "BatchNormalization", "Dropout",
+                  "Identity", "Concat", "LRN", "InstanceNormalization", "MaxPool", "AveragePool",
+                  "GlobalAveragePool", "GlobalMaxPool", "Softmax", "Elu", "Selu", "HardSigmoid",
+                  "HardSwish", "PRelu", "Sqrt", "Exp", "Neg", "Abs", "Pad", "Resize", "Upsample",
+                  "LpNormalization", "Cast", "Erf"}
+
+
+def value_ranks(ctx, g) -> dict:
+    """value name -> rank, where it can be told statically: declared shapes, initializers, then forward through
+    rank-preserving ops and convolutions (a convolution's output has its weight's rank)."""
+    out = {}
+    for v in list(g.inputs) + list(g.outputs) + list(g.value_info.values()):
+        if v.type is not None and v.type.kind == "tensor" and v.type.shape is not None:
+            out[v.name] = len(v.type.shape)
+    for k, a in g.initializers.items():
+        if isinstance(a, np.ndarray):
+            out[k] = a.ndim
+    for n in g.nodes:
+        if not n.outputs or not n.outputs[0] or n.outputs[0] in out:
+            continue
+        if n.domain not in ("", "ai.onnx", "com.microsoft"):
+            continue
+        if n.op_type in ("Conv", "FusedConv", "ConvTranspose") and len(n.inputs) > 1 and n.inputs[1] in out:
+            out[n.outputs[0]] = out[n.inputs[1]]
+        elif n.op_type in _SAME_RANK_OPS and n.inputs and n.inputs[0] in out:
+            out[n.outputs[0]] = out[n.inputs[0]]
+        elif n.op_type in ("Add", "Sub", "Mul", "Div", "Sum", "Max", "Min") and n.inputs \
+                and all(x in out for x in n.inputs if x):
+            out[n.outputs[0]] = max(out[x] for x in n.inputs if x)
+    return out
