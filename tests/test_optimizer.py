@@ -213,8 +213,9 @@ def test_constants_folded_inside_subgraphs(tmp_path):
     np.testing.assert_array_equal(theirs.run(None, {"X": x, "c": np.array(True)})[0], x + [2, 3, 4, 5])
 
 
-@pytest.mark.parametrize("shape,c_shape,rank_known", [((2, 4, 5, 6), (4, 1, 1), False), ((2, 4, 5, 6), (1, 4, 1, 1), True),
-                                                      ((2, 4, 7), (4, 1), True), ((2, 4, 5, 6), (1,), False)])
+@pytest.mark.parametrize("shape,c_shape,rank_known", [
+    ((2, 4, 5, 6), (4, 1, 1), False), ((2, 4, 5, 6), (1, 4, 1, 1), True), ((2, 4, 7), (4, 1), True),
+    ((2, 4, 5, 6), (1,), False)])
 def test_batchnorm_affine_fusion(tmp_path, shape, c_shape, rank_known):
     # BN -> Mul(c) -> Add(d) on a concatenated input (no Conv to fold into): one BN with adjusted scale and bias
     ortref = pytest.importorskip("onnxruntime")
@@ -242,3 +243,37 @@ def test_batchnorm_affine_fusion(tmp_path, shape, c_shape, rank_known):
         assert ops == ["Concat", "BatchNormalization", "Relu"], ops
     else:  # the constant's alignment with the channel axis needs the input's rank
         assert "Mul" in ops and "Add" in ops
+
+
+@pytest.mark.parametrize("group,kernel,a_shape,b_shape,with_bias", [
+    (1, 1, (1,), (1,), True), (1, 3, (1,), None, False), (2, 1, (1, 4, 1, 1), (4, 1, 1), True),
+    (2, 3, None, (1,), True), (1, 2, (4, 1, 1), (1, 4, 1, 1), False)])
+def test_conv_input_affine_fusion(tmp_path, group, kernel, a_shape, b_shape, with_bias):
+    # Mul(a) -> Add(b) -> unpadded Conv folds into the Conv's weights and bias; a padded Conv is left alone
+    ortref = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(5)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    inits = [numpy_helper.from_array(f(6, 4 // group, kernel, kernel), "W")]
+    nodes, x = [], "X"
+    if a_shape is not None:
+        inits.append(numpy_helper.from_array(f(*a_shape), "a"))
+        nodes.append(helper.make_node("Mul", [x, "a"], ["M"]))
+        x = "M"
+    if b_shape is not None:
+        inits.append(numpy_helper.from_array(f(*b_shape), "b"))
+        nodes.append(helper.make_node("Add", ["b", x], ["A"]))
+        x = "A"
+    conv_in = [x, "W"]
+    if with_bias:
+        inits.append(numpy_helper.from_array(f(6), "B"))
+        conv_in.append("B")
+    for pads in ([0, 0, 0, 0], [1, 1, 1, 1]):
+        conv = helper.make_node("Conv", conv_in, ["Y"], group=group, pads=pads, strides=[1, 2])
+        model = _model(nodes + [conv], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4, 7, 8])],
+                       [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+        feeds = {"X": f(2, 4, 7, 8)}
+        ref = ortref.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        sess, saved = _optimized(model, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, tmp_path)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
+        ops = [n.op_type for n in saved.graph.node]
+        assert ops == (["Conv"] if pads == [0, 0, 0, 0] else [n.op_type for n in nodes] + ["Conv"]), ops

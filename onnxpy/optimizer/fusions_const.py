@@ -129,6 +129,74 @@ class BatchNormAffineFusion(SweepPass):
         return True
 
 
+class ConvInputAffineFusion(SweepPass):
+    """Mul(x, a) -> Add(b) (either or both; a, b scalar or per-input-channel constants) -> Conv without padding ->
+    Conv(x) with W*a and B + sum(W*b): an unpadded convolution of an affine map of its input is the convolution of
+    the input with rescaled weights plus a constant per output channel (PP-OCR's learnable affine blocks).  Padded
+    convolutions are left alone: their zero padding would see the shifted values."""
+
+    name = "ConvInputAffineFusion"
+    level = 1
+    anchors = ("Conv",)
+
+    def rewrite(self, conv, m, g, ctx):
+        if len(conv.inputs) < 2 or len(conv.outputs) != 1:
+            return False
+        w = _const(g, conv.inputs[1])
+        b0 = _const(g, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if w is None or w.dtype.kind != "f" or w.dtype.itemsize < 4 or (len(conv.inputs) > 2 and conv.inputs[2]
+                                                                          and b0 is None):
+            return False
+        auto_pad = conv.attrs.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if auto_pad not in ("NOTSET", "VALID") or any(int(p) for p in conv.attrs.get("pads", []) or []):
+            return False
+        group = int(conv.attrs.get("group", 1))
+        M, Cg = w.shape[:2]
+        C = Cg * group
+        if group < 1 or M % group:
+            return False
+        a = shift = None
+        src, chain = conv.inputs[0], []
+        node = m.producer(src)
+        if _is(node, "Add") and len(node.inputs) == 2 and m.single_use(src):
+            other = next((x for x in node.inputs if _const(g, x) is not None), None)
+            if other is not None:
+                shift = _per_channel(_const(g, other), w.ndim, C)
+                if shift is None or _const(g, other).dtype != w.dtype:
+                    return False
+                chain.append(node)
+                src = m.other_input(node, other)
+                node = m.producer(src)
+        if _is(node, "Mul") and len(node.inputs) == 2 and m.single_use(src):
+            other = next((x for x in node.inputs if _const(g, x) is not None), None)
+            if other is not None:
+                a = _per_channel(_const(g, other), w.ndim, C)
+                if a is None or _const(g, other).dtype != w.dtype:
+                    return False
+                chain.append(node)
+                src = m.other_input(node, other)
+        if not chain:
+            return False
+        wg = w.reshape(group, M // group, Cg, -1).astype(np.float64)
+        w2, bias = wg, np.zeros(M, np.float64) if b0 is None else b0.astype(np.float64)
+        if shift is not None:
+            bias = bias + (wg * shift.astype(np.float64).reshape(group, 1, Cg, 1)).sum(axis=(2, 3)).reshape(M)
+        if a is not None:
+            w2 = wg * a.astype(np.float64).reshape(group, 1, Cg, 1)
+        wn = ctx.fresh(conv.inputs[1] + "_affine")
+        g.initializers[wn] = w2.reshape(w.shape).astype(w.dtype)
+        ins = [src, wn]
+        if b0 is not None or shift is not None:
+            bn = ctx.fresh((conv.inputs[2] if b0 is not None else conv.outputs[0] + "_B") + "_affine")
+            g.initializers[bn] = bias.astype(w.dtype)
+            ins.append(bn)
+        conv.inputs = ins
+        for n in chain:
+            g.nodes.remove(n)
+        return True
+
+
 class MatMulScaleFoldFusion(SweepPass):
     """MatMul(x, const W) -> Mul(c) / Div(c) with c constant over the output's last dim only -> MatMul(x, W*c)."""
 

@@ -22,7 +22,8 @@ import numpy as np
 from .. import dtypes
 from ..ir.model import Node
 from .fusions import SweepPass, _is
-from .fusions_const import BatchNormAffineFusion, ConvAddFusion, ConvMulFusion, MatMulScaleFoldFusion, ShapeFolding
+from .fusions_const import (BatchNormAffineFusion, ConvAddFusion, ConvInputAffineFusion, ConvMulFusion,
+                            MatMulScaleFoldFusion, ShapeFolding)
 from .graph_types import _const, _ints, declared_dims, elem_types, static_shape
 from .graph_utils import graph_output_names, rename_uses, subgraphs
 from .passes import NONDETERMINISTIC, Pass
@@ -343,7 +344,7 @@ class FuseReluClip(SweepPass):
 MISC_PASSES: list = [
     CommonSubexpressionElimination(), ShapeFolding(), CastElimination(), ExpandElimination(), EliminateSlice(),
     UnsqueezeElimination(), NoopElimination(), ReshapeFusion(), TransposeOptimizer(), FuseReluClip(),
-    ConvAddFusion(), ConvMulFusion(), BatchNormAffineFusion(), MatMulScaleFoldFusion(),
+    ConvAddFusion(), ConvMulFusion(), BatchNormAffineFusion(), ConvInputAffineFusion(), MatMulScaleFoldFusion(),
 ]
 
 __all__ = ["MISC_PASSES", "elem_types", "static_shape", "declared_dims"]
