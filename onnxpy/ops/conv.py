@@ -28,6 +28,15 @@ _DW_BLOCK_BYTES = 1 << 19
 # Depthwise convolutions with at least this many channels run channels-last (elements per row block).
 _DW_NHWC_MIN_C = 96
 _DW_NHWC_BLOCK = 1 << 16
+# Bytes of GEMM products per channel block of the banded depthwise path.
+_DW_BAND_BLOCK = 1 << 20
+# The banded depthwise GEMMs run about 8-12x more multiply-adds per second than numpy's multiply-add passes: they
+# are used while the band's rows hold at most this many entries per kernel row (zeros included).
+_DW_BAND_WASTE = 8
+# Largest per-channel product buffer of the banded path (bytes).
+_DW_BAND_MAX_BYTES = 1 << 26
+# Strided convolutions with at least this many kernel taps build their columns from a stride-phase split.
+_POLY_MIN_TAPS = 16
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
 # Derived weight layouts of constant (frozen) filters, keyed by identity and checked through weak references.
@@ -92,6 +101,10 @@ def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: 
     if (group == 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and C >= 64 and (2 * M <= C or P >= 1024)
             and min(pb) >= 0 and min(pe) >= 0):
         return _conv2d_shifted(x, w, pb, pe, dilations, out_shape)
+    if Cg == 1 and group > 1 and n == 2 and min(pb) >= 0 and min(pe) >= 0:
+        th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)
+        if th is not None:
+            return _depthwise2d_band(x, w, None, pb, pe, strides, dilations, out_shape, group, th)
     if Cg == 1 and group > 1 and n == 2 and strides[0] == 1 and strides[1] == 1 and min(pb) >= 0 and min(pe) >= 0:
         if Mg == 1 and group >= _DW_NHWC_MIN_C:
             return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape)
@@ -283,7 +296,7 @@ def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(No
         cols[:, -1] = 1
     out = np.empty((N, M, Ho, Wo), dtype=dt)
     of = out.reshape(N, group, Mg, P)
-    if (sh == 1 and sw == 1) or T < 16:
+    if (sh == 1 and sw == 1) or T < _POLY_MIN_TAPS:
         xp = pad_array(x, pb, pe, 0)
         view = windows(xp, (KH, KW), strides, dilations, out_shape)  # (N, C, KH, KW, Ho, Wo)
         phases = None
@@ -387,6 +400,130 @@ def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B=None):
     if B is not None:  # crop, transpose and bias in one pass
         return np.add(res, B.reshape(C, 1, 1), out=np.empty(res.shape, dtype=dt))
     return np.ascontiguousarray(res)
+
+
+def _band_filters(w, B, group, th, sh, dh, order, thp1):
+    """Banded filter matrices of ``_depthwise2d_band``: (KW, group, Mg, 1, th, thp1), entry [k, c, m, 0, r, :]
+    holding w[c*Mg+m, 0, i, order[k]] at input row r*sh + i*dh of a tile, and, when ``B`` is given, the bias in the
+    last column of entry k = 0 (it multiplies a row of ones)."""
+    M, _, KH, KW = w.shape
+    T = np.zeros((KW, M, th, thp1), dtype=w.dtype)
+    r = np.arange(th)
+    wt = w[:, 0].transpose(2, 0, 1)[list(order)]  # (KW, M, KH)
+    for i in range(KH):
+        T[:, :, r, r * sh + i * dh] = wt[:, :, i, None]
+    if B is not None:
+        T[0, :, :, thp1 - 1] = B[:, None]
+    return T.reshape(KW, group, M // group, 1, th, thp1)
+
+
+def _band_rows(Ho, KH, sh, dh):
+    """Output rows per tile of ``_depthwise2d_band``: all of them for short images, else ~8 (taller tiles waste
+    more multiply-adds on the band's zeros, shorter ones make the GEMMs too small)."""
+    return Ho if Ho <= 12 else 8
+
+
+def _band_plan(x_shape, w_shape, pb, pe, strides, dilations, out_shape):
+    """Rows per tile for ``_depthwise2d_band``, or None when the band would be mostly zeros (tall dilations, 1-row
+    kernels with tall tiles) or its per-channel buffers too large -- the multiply-add paths are then cheaper."""
+    KH, KW = w_shape[2:]
+    M = w_shape[0]
+    Ho, Wo = out_shape
+    sh, sw = strides
+    dh = dilations[0]
+    if Ho <= 0 or Wo <= 0:
+        return None
+    th = _band_rows(Ho, KH, sh, dh)
+    nt = -(-Ho // th)
+    th = -(-Ho // nt)
+    thp1 = (th - 1) * sh + (KH - 1) * dh + 2
+    # tall bands (>= 16 rows of K) run at a better GEMM rate and may waste 1.5x more
+    if thp1 > (_DW_BAND_WASTE * 3 // 2 if thp1 >= 16 else _DW_BAND_WASTE) * KH:
+        return None
+    Wq = -(-(x_shape[3] + pb[1] + pe[1]) // sw)
+    if KW * (M // x_shape[1]) * nt * th * Wq * 8 > _DW_BAND_MAX_BYTES:
+        return None
+    return th
+
+
+def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=None, wkey=(None, None)):
+    """Depthwise 2-D convolution (one input channel per group) as GEMMs with banded filter matrices.
+
+    Output rows go in tiles of ``th`` rows; a tile reads thp = (th-1)*sh + (KH-1)*dh + 1 zero-padded input rows X.
+    Kernel column j of channel c contributes T[j, c] @ X, where the th x thp band T[j, c] holds w[c, 0, i, j] at
+    (r, r*sh + i*dh); that product, shifted left by j*dw columns, is the column's share of the output.  With a
+    stride along W the padded columns are first split into their sw phases and kernel column j reads phase
+    j*dw % sw, shifted by j*dw // sw.  All KW*C GEMMs run in one matmul call per phase into a tap-major buffer, so
+    each shift-add is a single 1-D contiguous pass (the spare columns per row absorb the shifts), and the bias
+    rides in the first column's GEMM on a row of ones.  The GEMMs cost thp / KH times the multiply-adds of the
+    direct sum, but run in BLAS instead of two numpy passes per tap."""
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    Mg = M // group
+    sh, sw = strides
+    dh, dw = dilations
+    Ho, Wo = out_shape
+    dt = x.dtype
+    if th is None:
+        th = _band_rows(Ho, KH, sh, dh)
+    nt = -(-Ho // th)
+    th = -(-Ho // nt)
+    Hr = nt * th  # output rows computed (>= Ho)
+    thp = (th - 1) * sh + (KH - 1) * dh + 1  # input rows per tile
+    Wp = W + pb[1] + pe[1]
+    Wq = -(-Wp // sw)  # columns per phase
+    fold = B is not None
+    thp1 = thp + fold
+    # zero-padded input split into column phases and row tiles (tiles overlap by thp - th*sh rows), each tile
+    # followed by a row of ones for the bias
+    tiles = np.zeros((sw, N, C, 1, nt, thp1, Wq), dtype=dt)
+    for b in range(sw):
+        u0 = max(0, -(-(pb[1] - b) // sw))  # first phase column inside x
+        c0 = b + u0 * sw - pb[1]
+        if c0 >= W:
+            continue
+        nc = (W - 1 - c0) // sw + 1
+        for t in range(nt):
+            r0 = t * th * sh - pb[0]  # input row of the tile's first row
+            a0, a1 = max(0, r0), min(H, r0 + thp)
+            if a1 > a0:
+                tiles[b, :, :, 0, t, a0 - r0:a1 - r0, u0:u0 + nc] = x[:, :, a0:a1, c0::sw]
+    if fold:
+        tiles[:, :, :, 0, :, thp] = 1
+    # kernel columns grouped by phase (column 0 first: it needs no shift and carries the bias)
+    order = sorted(range(KW), key=lambda j: ((j * dw) % sw, j))
+    shifts = [(j * dw) // sw for j in order]
+    spans = []
+    for b in range(sw):
+        ks = [k for k, j in enumerate(order) if (j * dw) % sw == b]
+        if ks:
+            spans.append((b, ks[0], ks[-1] + 1))
+    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)
+    live = [a for a in wkey if a is not None]
+    if live and all(frozen(a) for a in live):
+        T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
+                     lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
+    else:
+        T = _band_filters(w, B, group, th, sh, dh, order, thp1)
+    out = np.empty((N, M, Ho, Wo), dtype=dt)
+    per_c = KW * Mg * Hr * Wq * dt.itemsize
+    step = max(1, min(group, _DW_BAND_BLOCK // max(1, per_c)))
+    Y = np.empty((KW, step, Mg, nt, th, Wq), dtype=dt)
+    for n in range(N):
+        for g0 in range(0, group, step):
+            g1 = min(group, g0 + step)
+            gb = g1 - g0
+            for b, k0, k1 in spans:
+                np.matmul(T[k0:k1, g0:g1], tiles[b, n, g0:g1], out=Y[k0:k1, :gb])
+            Yf = Y[:, :gb].reshape(KW, -1)
+            acc = Yf[0]
+            L = acc.size
+            for k in range(1, KW):
+                q = shifts[k]
+                a = acc[:L - q]
+                a += Yf[k, q:]
+            out[n, g0 * Mg:g1 * Mg] = acc.reshape(gb * Mg, Hr, Wq)[:, :Ho, :Wo]
+    return out
 
 
 def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B=None):
@@ -555,6 +692,9 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
         return _conv1x1(x, w, B, group, wkey)
     if Cg == 1 and group > 1:
+        th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)
+        if th is not None:
+            return _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey)
         if strides[0] == 1 and strides[1] == 1:
             if M == group and group >= _DW_NHWC_MIN_C:
                 return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B)

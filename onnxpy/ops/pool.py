@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..limits import check_alloc
@@ -177,6 +179,61 @@ def _counts(in_shape, ks, st, dl, pb, pe, out, include_pad, dtype):
     return c
 
 
+# AveragePool runs as two small GEMMs with 0/1 window matrices (scaled by the window counts) while the image is at
+# most this many times the kernel along each axis (the dense window matrices do size/kernel multiply-adds per output).
+_AVG_GEMM_RATIO = 24
+
+
+@functools.lru_cache(maxsize=256)
+def _avg_matrices(in_shape, ks, st, dl, pb, pe, out, include_pad, dtype):
+    """(SH (Ho, H), SW (W, Wo)) with SH[r, h] = 1 / count_h(r) for the rows h of window r (likewise SW), so that
+    SH @ X @ SW is the windows' sums divided by their counts (the counts are a product of per-axis counts)."""
+    mats = []
+    for a in range(2):
+        n, k, s, d, b, o = in_shape[a], ks[a], st[a], dl[a], pb[a], out[a]
+        cnt = _axis_counts(n, k, s, d, b, pe[a], o, include_pad).astype(np.float64)
+        m = np.zeros((o, n), dtype=np.float64)
+        for t in range(k):
+            pos = np.arange(o) * s - b + t * d
+            ok = (pos >= 0) & (pos < n)
+            m[np.arange(o)[ok], pos[ok]] = 1.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = (m / cnt[:, None]).astype(dtype)
+        mats.append(m)
+    sh, sw = np.ascontiguousarray(mats[0]), np.ascontiguousarray(mats[1].T)
+    sh.flags.writeable = False
+    sw.flags.writeable = False
+    return sh, sw
+
+
+def _avg_pool2d_gemm(x, ks, st, dl, pb, pe, out, include_pad):
+    """2-D average pooling as GEMMs: Z = X (N*C*H, W) @ SW, then SH @ Z over the rows of every channel at once (Z is
+    transposed to (H, N*C*Wo) for that).  None when an input is not finite: the matrices' zeros would turn an inf
+    outside a window into a NaN, so those inputs take the direct path."""
+    N, C, H, W = x.shape
+    Ho, Wo = out
+    sh, sw = _avg_matrices((H, W), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
+                           include_pad, x.dtype.str)
+    NC = N * C
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _avg_gemms(x.reshape(NC, H, W), sh, sw, N, C, Ho, Wo)
+
+
+def _avg_gemms(x3, sh, sw, N, C, Ho, Wo):
+    NC, H, W = x3.shape
+    z = np.matmul(x3.reshape(NC * H, W), sw)  # (NC*H, Wo)
+    if H == 1:
+        res = (z * sh[:, 0]).reshape(N, C, 1, Wo) if Ho == 1 else None
+    else:
+        zt = np.ascontiguousarray(z.reshape(NC, H, Wo).transpose(1, 0, 2)).reshape(H, NC * Wo)
+        r = np.matmul(sh, zt)  # (Ho, NC*Wo)
+        res = r.reshape(N, C, Wo) if Ho == 1 else np.ascontiguousarray(r.reshape(Ho, N, C, Wo).transpose(1, 2, 0, 3))
+        res = res.reshape(N, C, Ho, Wo)
+    if res is None or not np.isfinite(np.add.reduce(res.reshape(-1))):
+        return None
+    return res
+
+
 def _maxpool_indices(x, ks, st, dl, pb, pe, out, storage_order):
     """Max values and flat (un-padded) indices of the first maximum of each window."""
     in_shape = x.shape[2:]
@@ -248,6 +305,11 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     x = _float_input(X, op)
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    if (len(ks) == 2 and X.shape[2] <= _AVG_GEMM_RATIO * ks[0] and X.shape[3] <= _AVG_GEMM_RATIO * ks[1]
+            and prod(out) > 0):
+        res = _avg_pool2d_gemm(x, ks, st, dl, pb, pe, out, bool(count_include_pad))
+        if res is not None:
+            return res.astype(X.dtype, copy=False)
     if sum(ks) <= _LOOP_LIMIT:
         s = _reduce_unpadded(x, ks, st, dl, pb, out, "sum", 0)
     else:
@@ -280,10 +342,30 @@ def _global(X, op, fn):
     return fn(axes)
 
 
+# GlobalAveragePool sums planes of at most this many elements with a matrix-vector product.
+_GAP_GEMV_MAX = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(n, dtype):
+    o = np.ones(n, dtype=dtype)
+    o.flags.writeable = False
+    return o
+
+
 @kernel("GlobalAveragePool", since=(1, 22))
 def global_average_pool(X):
     x = _float_input(X, "GlobalAveragePool")
-    return _global(x, "GlobalAveragePool", lambda ax: x.mean(axis=ax, keepdims=True)).astype(X.dtype, copy=False)
+    check_rank(X, "GlobalAveragePool", "X")
+    S = prod(x.shape[2:])
+    if S == 0 or not x.flags.c_contiguous:
+        return _global(x, "GlobalAveragePool", lambda ax: x.mean(axis=ax, keepdims=True)).astype(X.dtype, copy=False)
+    # a sum over each contiguous plane, then one division (mean's steps without its Python-level overhead); small
+    # planes sum as a matrix-vector product (BLAS runs them several times faster than numpy's row reduction)
+    xr = x.reshape(x.shape[0] * x.shape[1], S)
+    s = np.matmul(xr, _ones(S, x.dtype.str)) if S <= _GAP_GEMV_MAX else np.add.reduce(xr, axis=1)
+    np.divide(s, S, out=s)
+    return s.reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(X.dtype, copy=False)
 
 
 @kernel("GlobalMaxPool", since=(1, 22))

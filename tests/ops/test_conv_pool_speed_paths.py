@@ -162,3 +162,197 @@ def test_pool_pairwise_reductions_vs_ort(xs, attrs):
     if "dilations" not in attrs:
         _check("AveragePool", [x], avg, opset=11)
         _check("AveragePool", [x], dict(avg, count_include_pad=1), opset=11)
+
+
+# ------------------------------------------------------------------ banded depthwise GEMMs, GEMM average pooling
+
+
+def _naive_depthwise(x, w, b, pads, strides, dilations):
+    """Direct sum over the kernel taps in float64 (independent of every onnxpy path)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    N, G, H, W = x.shape
+    M, _, KH, KW = w.shape
+    Mg = M // G
+    (pt, pl, pd, pr), (sh, sw), (dh, dw) = pads, strides, dilations
+    xp = np.zeros((N, G, H + pt + pd, W + pl + pr))
+    xp[:, :, pt:pt + H, pl:pl + W] = x
+    Ho = (H + pt + pd - (KH - 1) * dh - 1) // sh + 1
+    Wo = (W + pl + pr - (KW - 1) * dw - 1) // sw + 1
+    out = np.zeros((N, G, Mg, Ho, Wo))
+    wg = w.reshape(G, Mg, KH, KW)
+    for i in range(KH):
+        for j in range(KW):
+            src = xp[:, :, None, i * dh:i * dh + (Ho - 1) * sh + 1:sh, j * dw:j * dw + (Wo - 1) * sw + 1:sw]
+            out += src * wg[None, :, :, i, j, None, None]
+    out = out.reshape(N, M, Ho, Wo)
+    if b is not None:
+        out += np.asarray(b, dtype=np.float64).reshape(1, M, 1, 1)
+    return out
+
+
+DW_CASES = [
+    # (x shape, multiplier, kernel, attrs)
+    ((1, 6, 12, 20), 1, (5, 5), {"pads": [2, 2, 2, 2]}),  # one tile, bias folded
+    ((2, 5, 30, 17), 1, (3, 3), {"pads": [1, 1, 1, 1]}),  # tiles, Ho % rows != 0, batch 2
+    ((1, 4, 13, 11), 2, (3, 3), {"pads": [1, 1, 1, 1]}),  # channel multiplier, tiles
+    ((1, 4, 9, 11), 3, (3, 5), {"pads": [1, 2, 1, 2], "strides": [2, 1]}),  # multiplier, H stride
+    ((1, 6, 12, 19), 1, (5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),  # column phases
+    ((1, 6, 28, 28), 1, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # phases and tiles
+    ((1, 5, 12, 21), 1, (3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2]}),  # W stride only
+    ((1, 5, 15, 17), 1, (5, 4), {"pads": [2, 1, 0, 3], "strides": [1, 3], "dilations": [1, 2]}),
+    ((1, 4, 9, 17), 1, (3, 5), {"pads": [1, 0, 1, 6], "strides": [1, 4]}),  # stride > kernel columns used
+    ((2, 4, 10, 6), 2, (4, 2), {"pads": [1, 0, 3, 3], "strides": [2, 1], "dilations": [2, 3]}),
+    ((1, 4, 7, 9), 1, (3, 3), {"pads": [3, 5, 2, 4]}),  # pads wider than the kernel
+    ((1, 4, 7, 9), 1, (3, 3), {"pads": [0, 3, 2, 0]}),  # asymmetric pads, no same-size column
+    ((1, 4, 7, 9), 1, (3, 3), {"strides": [3, 1]}),  # no pads, input rows left over
+    ((1, 3, 2, 6), 1, (5, 5), {"pads": [2, 2, 2, 2]}),  # image shorter than the kernel
+    ((1, 3, 1, 6), 1, (5, 5), {"pads": [2, 2, 2, 2]}),
+    ((1, 4, 9, 9), 1, (3, 3), {"pads": [16, 16, 16, 16], "dilations": [16, 16]}),  # mostly-zero band: other paths
+    ((1, 4, 20, 9), 1, (1, 3), {"pads": [0, 1, 0, 1]}),  # 1-row kernel
+    ((1, 4, 12, 9), 1, (3, 3), {"pads": [6, 6, 6, 6], "dilations": [6, 6]}),  # tall band
+]
+
+
+@pytest.mark.parametrize("frozen_w", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("xs,mult,ks,attrs", DW_CASES)
+def test_depthwise_band_vs_direct_sum(xs, mult, ks, attrs, bias, frozen_w):
+    G = xs[1]
+    x, w = rand(*xs), rand(G * mult, 1, *ks)
+    b = rand(G * mult) if bias else None
+    if frozen_w:
+        w = _frozen(w)
+        b = None if b is None else _frozen(b)
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    want = _naive_depthwise(x, w, b, pads, attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]))
+    for _ in range(2):  # second call: cached band matrices
+        got = conv_mod.conv(x, w, b, group=G, **attrs)
+        assert got.dtype == np.float32 and got.flags.c_contiguous and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the un-biased general entry (ConvInteger / QLinearConv use it) takes the same path
+    n = 2
+    got = conv_mod._conv_core(x, w, list(pads[:n]), list(pads[n:]), list(attrs.get("strides", [1, 1])),
+                              list(attrs.get("dilations", [1, 1])), G, "Conv")
+    want_nb = want - (0 if b is None else b.reshape(1, -1, 1, 1))
+    np.testing.assert_allclose(got, want_nb, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,mult,ks,attrs", DW_CASES[:8])
+def test_depthwise_band_vs_ort(xs, mult, ks, attrs):
+    G = xs[1]
+    _check("Conv", [rand(*xs), Init(rand(G * mult, 1, *ks)), Init(rand(G * mult))], dict(attrs, group=G), opset=11)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_depthwise_band_dtypes(dtype):
+    x, w, b = rand(2, 6, 14, 11, dtype=dtype), rand(6, 1, 3, 3, dtype=dtype), rand(6, dtype=dtype)
+    for attrs in ({"pads": [1, 1, 1, 1]}, {"pads": [1, 1, 1, 1], "strides": [2, 2]}):
+        got = conv_mod.conv(x, w, b, group=6, **attrs)
+        assert got.dtype == dtype
+        want = _naive_depthwise(x, w, b, attrs["pads"], attrs.get("strides", [1, 1]), [1, 1])
+        tol = 2e-2 if dtype == np.float16 else 1e-12
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_depthwise_band_small_channel_blocks(monkeypatch):
+    """Channel blocks of the banded path (forced to one channel each) give the same result."""
+    monkeypatch.setattr(conv_mod, "_DW_BAND_BLOCK", 1)
+    x, w, b = rand(2, 5, 17, 12), rand(10, 1, 3, 3), rand(10)
+    for attrs in ({"pads": [1, 1, 1, 1]}, {"pads": [1, 2, 1, 0], "strides": [2, 2]}):
+        want = _naive_depthwise(x, w, b, attrs["pads"], attrs.get("strides", [1, 1]), [1, 1])
+        np.testing.assert_allclose(conv_mod.conv(x, w, b, group=5, **attrs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_band_cache_is_never_stale():
+    x = rand(1, 4, 9, 10)
+    for _ in range(4):
+        w, b = _frozen(rand(4, 1, 3, 3)), _frozen(rand(4))
+        want = _naive_depthwise(x, w, b, [1, 1, 1, 1], [1, 1], [1, 1])
+        np.testing.assert_allclose(conv_mod.conv(x, w, b, group=4, pads=[1, 1, 1, 1]), want, rtol=1e-4, atol=1e-4)
+        del w, b
+        gc.collect()
+    w2 = rand(4, 1, 3, 3)
+    conv_mod.conv(x, w2, None, group=4, pads=[1, 1, 1, 1])
+    w2 *= -3
+    want = _naive_depthwise(x, w2, None, [1, 1, 1, 1], [1, 1], [1, 1])
+    np.testing.assert_allclose(conv_mod.conv(x, w2, None, group=4, pads=[1, 1, 1, 1]), want, rtol=1e-4, atol=1e-4)
+
+
+AVG_CASES = [
+    ((1, 6, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 3, 7, 7), {"kernel_shape": [7, 7]}),  # whole image: one output
+    ((1, 4, 3, 20), {"kernel_shape": [3, 2], "strides": [3, 2]}),  # one output row
+    ((1, 4, 1, 20), {"kernel_shape": [1, 3], "strides": [1, 2], "pads": [0, 1, 0, 1]}),  # one input row
+    ((1, 3, 12, 13), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 3, 12, 13), {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 0, 0, 2]}),
+    ((1, 3, 11, 9), {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+@pytest.mark.parametrize("xs,attrs", AVG_CASES)
+def test_avgpool_gemm_vs_ort(xs, attrs, include_pad):
+    _check("AveragePool", [rand(*xs)], dict(attrs, count_include_pad=include_pad), opset=11)
+
+
+def test_avgpool_gemm_dilations_and_dtypes():
+    from onnxpy.ops import pool as pool_mod
+
+    x = rand(2, 3, 13, 12, dtype=np.float64)
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "dilations": [2, 3], "pads": [2, 1, 1, 2]}
+    for include_pad in (0, 1):
+        ks, st, dl, pb, pe, out = pool_mod._pool_geometry(x, attrs["kernel_shape"], attrs["strides"],
+                                                          attrs["dilations"], attrs["pads"], "NOTSET", 0, "AvgPool")
+        sums = pool_mod._reduce_windows(pool_mod._padded(x, ks, st, dl, pb, pe, out, 0), ks, st, dl, out, "sum")
+        want = sums / pool_mod._counts(x.shape[2:], ks, st, dl, pb, pe, out, bool(include_pad), np.float64)
+        got = pool_mod.average_pool(x, count_include_pad=include_pad, **attrs)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        got16 = pool_mod.average_pool(x.astype(np.float16), count_include_pad=include_pad, **attrs)
+        assert got16.dtype == np.float16
+        np.testing.assert_allclose(got16.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+
+
+def test_avgpool_gemm_non_finite_inputs():
+    """An inf/NaN outside every window (or inside some) gives exactly the direct path's result."""
+    from onnxpy.ops import pool as pool_mod
+
+    x = rand(1, 2, 9, 9)
+    x[0, 0, 4, 4] = np.inf
+    x[0, 1, 8, 8] = np.nan  # outside every window of the stride-3 pooling below
+    x[0, 1, 0, 0] = -np.inf
+    for attrs in ({"kernel_shape": [2, 2], "strides": [3, 3]}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}):
+        got = pool_mod.average_pool(x, **attrs)
+        ks, st, dl, pb, pe, out = pool_mod._pool_geometry(x, attrs["kernel_shape"], attrs.get("strides"), None,
+                                                          attrs.get("pads"), "NOTSET", 0, "AvgPool")
+        sums = pool_mod._reduce_windows(pool_mod._padded(x, ks, st, dl, pb, pe, out, 0), ks, st, dl, out, "sum")
+        want = sums / pool_mod._counts(x.shape[2:], ks, st, dl, pb, pe, out, False, np.float32)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("xs", [(1, 20, 2, 96), (2, 3, 130, 70), (2, 3, 5), (1, 4, 2, 3, 5), (0, 3, 4, 4), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_global_average_pool_paths(xs, dtype):
+    from onnxpy.ops import pool as pool_mod
+
+    x = rand(*xs, dtype=dtype)
+    got = pool_mod.global_average_pool(x)
+    want = x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+    assert got.dtype == dtype and got.shape == want.shape
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+    got_nc = pool_mod.global_average_pool(np.swapaxes(x, 0, 1).copy().swapaxes(0, 1))  # non-contiguous input
+    np.testing.assert_allclose(got_nc.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 120, 140), (3, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hard_swish_blocked(shape, dtype):
+    from onnxpy.ops.internal import hard_swish_like
+
+    x = (rand(*shape) * 4).astype(dtype)
+    want = x * np.clip(x * dtype(1 / 6) + dtype(0.5), dtype(0), dtype(1))
+    got = hard_swish_like(x, add=3.0, lo=0.0, hi=6.0, scale=6.0, scale_op="Div")
+    assert got.dtype == dtype and got.shape == x.shape
+    np.testing.assert_array_equal(got, want)
