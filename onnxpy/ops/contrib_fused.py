@@ -339,6 +339,12 @@ def fused_conv(X, W, B=None, Z=None, *, activation="", activation_params=None, a
     y = _conv(_up(x), _up(_float_arr(W, op, "W")), None if B is None else _up(np.asarray(B)), auto_pad=auto_pad,
               dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     y = np.array(y, copy=True) if not y.flags.writeable else y
+    return _fused_conv_tail(y, Z, x.dtype, activation, params)
+
+
+def _fused_conv_tail(y, Z, dt, activation, params):
+    """FusedConv after the convolution: + Z, the activation, in place on the fresh output, back to ``dt``."""
+    op = "FusedConv"
     if Z is not None:
         z = _float_arr(Z, op, "Z")
         if z.shape != y.shape:
@@ -349,4 +355,31 @@ def fused_conv(X, W, B=None, Z=None, *, activation="", activation_params=None, a
         y = _activate(y, activation, op, p[0], None, p[1])
     else:
         y = _activate(y, activation, op, p[0], p[1])
-    return y.astype(x.dtype, copy=False)
+    return y.astype(dt, copy=False)
+
+
+def _fused_conv_specialize(consts, kwargs):
+    """Constant float32/float64 weights: the plan-time convolution of Conv (see ``conv._spec_conv``) plus the tail."""
+    conv_kw = {k: v for k, v in kwargs.items() if k not in ("activation", "activation_params")}
+    fast = _conv.specialize(consts[:3], conv_kw)
+    if fast is None:
+        return None
+    activation = kwargs.get("activation", "")
+    params = list(kwargs.get("activation_params") or [])
+    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < _ACT_PARAM_COUNT.get(activation, 0):
+        return None  # the generic kernel reports it
+    generic = fused_conv
+    W = consts[1]
+
+    def run(X, Wr, B=None, Z=None):
+        if type(X) is not np.ndarray or X.dtype != W.dtype:
+            return generic(X, Wr, B, Z, **kwargs)
+        y = fast(X, Wr, B) if B is not None else fast(X, Wr)
+        if not y.flags.writeable:
+            y = np.array(y, copy=True)
+        return _fused_conv_tail(y, Z, X.dtype, activation, params)
+
+    return run
+
+
+fused_conv.specialize = _fused_conv_specialize

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
 
 from ..limits import check_alloc
-from ._shape_util import frozen
+from ._common import F32 as _F32
+from ._common import F64 as _F64
+from ._shape_util import NOT_CONST, frozen
 from ._spatial import (
     check_rank,
     compute_dtype,
@@ -671,6 +674,73 @@ def conv(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     out = _conv_core(x, w, pb, pe, st, dl, int(group), op)
     out = _add_bias(out, B, W.shape[0], op)
     return out.astype(X.dtype, copy=False)
+
+
+def _spec_conv(consts, kwargs):
+    """Plan-time form of :func:`conv` for a constant 4-D float weight (and constant or absent bias): attributes are
+    checked and parsed once and the pads are remembered per input shape, so a call goes straight to the 2-D fast
+    paths (on small convolutions the argument handling cost several times the GEMM).  Anything unusual -- another
+    dtype or rank, a channel mismatch, a case the fast paths decline -- runs the generic kernel, which reports
+    errors as before."""
+    if len(consts) < 2:
+        return None
+    W = consts[1]
+    B = consts[2] if len(consts) > 2 else None
+    if (type(W) is not np.ndarray or W.ndim != 4 or W.dtype not in (_F32, _F64) or B is NOT_CONST
+            or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
+        return None
+    auto_pad = kwargs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    group = int(kwargs.get("group", 1))
+    kernel_shape = kwargs.get("kernel_shape")
+    if kernel_shape and list(kernel_shape) != list(W.shape[2:]):
+        return None
+    st = spatial_attr(kwargs.get("strides"), 2, 1, "Conv", "strides")
+    dl = spatial_attr(kwargs.get("dilations"), 2, 1, "Conv", "dilations")
+    if min(st) < 1 or min(dl) < 1 or group < 1 or W.shape[1] * group < 1:
+        return None
+    pads, ks, dt, C = kwargs.get("pads"), list(W.shape[2:]), W.dtype, W.shape[1] * group
+    Bv = None if B is None else B.reshape(-1)
+    generic = functools.partial(conv, **kwargs)
+    pad_cache: dict = {}
+
+    def run(X, *rest):
+        if type(X) is not np.ndarray or X.dtype != dt or X.ndim != 4 or X.shape[1] != C or (rest and (
+                rest[0] is not W or len(rest) > 1 and rest[1] is not B)):
+            return generic(X, *rest)
+        hw = X.shape[2:]
+        pp = pad_cache.get(hw)
+        if pp is None:
+            pp = conv_pads(auto_pad, pads, hw, ks, st, dl, "Conv")
+            if len(pad_cache) < 64:
+                pad_cache[hw] = pp
+        out = _conv2d_fast(X, W, Bv, pp[0], pp[1], st, dl, group, (W, B))
+        return out if out is not None else generic(X, *rest)
+
+    M = W.shape[0]
+    if (ks == [1, 1] and st == [1, 1] and auto_pad in ("NOTSET", "VALID") and not any(pads or ()) and M % group == 0):
+        # pointwise: one (grouped) GEMM straight from the input, bias added in place
+        w3 = W.reshape(group, M // group, W.shape[1])
+        b2 = None if Bv is None else Bv.reshape(M, 1)
+
+        def run1x1(X, *rest):
+            if type(X) is not np.ndarray or X.dtype != dt or X.ndim != 4 or X.shape[1] != C or X.shape[0] == 0 or (
+                    rest and (rest[0] is not W or len(rest) > 1 and rest[1] is not B)):
+                return generic(X, *rest)
+            N, _, H, Wd = X.shape
+            if H * Wd > 256:  # large planes: the general path folds the bias into the GEMM
+                return run(X, *rest)
+            out = np.matmul(w3, X.reshape(N, group, C // group, H * Wd))
+            if b2 is not None:
+                out = out.reshape(N, M, H * Wd)
+                out += b2
+            return out.reshape(N, M, H, Wd)
+
+        return run1x1
+    return run
+
+
+conv.specialize = _spec_conv
 
 
 def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
