@@ -1,0 +1,169 @@
+"""Winograd F(2x2, 3x3) convolution (onnxpy.ops.winograd) against a float64 direct convolution and onnxruntime."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from _oracle import run_ort, single_node
+
+from onnxpy.ops import winograd as wg
+
+
+def _ref(x, w, pads, bias=None):
+    """float64 direct 3x3 cross-correlation (the ONNX Conv definition)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    pt, pl, pb, pr = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    Ho, Wo = xp.shape[2] - 2, xp.shape[3] - 2
+    out = np.zeros((x.shape[0], w.shape[0], Ho, Wo))
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("mc,nchw->nmhw", w[:, :, i, j], xp[:, :, i:i + Ho, j:j + Wo])
+    if bias is not None:
+        out += np.asarray(bias, np.float64).reshape(1, -1, 1, 1)
+    return out
+
+
+def _check(y, ref, tol=1e-5):
+    assert y.shape == ref.shape
+    assert y.flags.c_contiguous
+    scale = max(1.0, float(np.abs(ref).max()))
+    err = float(np.abs(y.astype(np.float64) - ref).max()) / scale
+    assert err < tol, err
+
+
+def _frozen(a):
+    a = np.array(a)
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("pads", list(itertools.product((0, 1), repeat=4)))
+@pytest.mark.parametrize("hw", [(5, 5), (6, 6), (5, 8), (8, 7), (3, 3), (3, 4)])
+def test_pads_and_odd_even_sizes(pads, hw):
+    rng = np.random.default_rng(hash((pads, hw)) % 2**32)
+    x = rng.standard_normal((2, 3, *hw)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    y = wg.winograd_conv2d(x, w, pads, b)
+    assert y.dtype == np.float32
+    _check(y, _ref(x, w, pads, b))
+    _check(wg.winograd_conv2d(x, w, pads), _ref(x, w, pads))
+
+
+@pytest.mark.parametrize("C,M", [(1, 1), (1, 3), (3, 1), (17, 3), (3, 17), (17, 17), (64, 64)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_channels(C, M, with_bias):
+    rng = np.random.default_rng(C * 100 + M)
+    x = rng.standard_normal((1, C, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((M, C, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32) if with_bias else None
+    _check(wg.winograd_conv2d(x, w, (1, 1, 1, 1), b), _ref(x, w, (1, 1, 1, 1), b))
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 3, None])
+def test_blocks_and_batch(block_rows):
+    rng = np.random.default_rng(block_rows or 0)
+    x = rng.standard_normal((3, 8, 13, 10)).astype(np.float32)
+    w = rng.standard_normal((6, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    for pads in [(1, 1, 1, 1), (0, 1, 1, 0), (1, 0, 0, 0)]:
+        _check(wg.winograd_conv2d(x, w, pads, b, block_rows=block_rows), _ref(x, w, pads, b))
+
+
+def test_wide_channels_accuracy():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 512, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((8, 512, 3, 3)).astype(np.float32)
+    _check(wg.winograd_conv2d(x, w, (1, 1, 1, 1)), _ref(x, w, (1, 1, 1, 1)))
+
+
+def test_float64():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 9, 6))
+    w = rng.standard_normal((4, 5, 3, 3))
+    b = rng.standard_normal(4)
+    y = wg.winograd_conv2d(x, w, (1, 0, 1, 1), b)
+    assert y.dtype == np.float64
+    _check(y, _ref(x, w, (1, 0, 1, 1), b), tol=1e-12)
+
+
+@pytest.mark.parametrize("pads", [(1, 1, 1, 1), (0, 0, 0, 0), (0, 1, 1, 0)])
+def test_against_onnxruntime(pads):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 17, 12, 15)).astype(np.float32)
+    w = rng.standard_normal((17, 17, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    m, feeds = single_node("Conv", [x, w, b], opsets=[("", 17)], kernel_shape=[3, 3], pads=list(pads))
+    want = run_ort(m, feeds)[0]
+    y = wg.winograd_conv2d(x, _frozen(w), pads, _frozen(b))
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_filter_cache():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    pads = (1, 1, 1, 1)
+    # a writeable weight is never cached: changing it in place changes the result
+    w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    wg.winograd_conv2d(x, w, pads)
+    assert not any(hit[0]() is w for hit in wg._UCACHE.values())
+    w *= 2
+    _check(wg.winograd_conv2d(x, w, pads), _ref(x, w, pads))
+    # read-only weights are cached, and two different weights of the same shape give their own results
+    w1 = _frozen(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))
+    w2 = _frozen(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))
+    y1 = wg.winograd_conv2d(x, w1, pads)
+    assert wg._UCACHE[id(w1)][0]() is w1
+    assert wg.winograd_conv2d(x, w1, pads) is not y1
+    _check(y1, _ref(x, w1, pads))
+    _check(wg.winograd_conv2d(x, w2, pads), _ref(x, w2, pads))
+    _check(wg.winograd_conv2d(x, w1, pads), _ref(x, w1, pads))
+    # a read-only view of a writeable array is not frozen (its content may still change): not cached
+    base = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
+    view = base.view()
+    view.flags.writeable = False
+    wg.winograd_conv2d(x, view, pads)
+    base += 1
+    _check(wg.winograd_conv2d(x, view, pads), _ref(x, view, pads))
+    # a recycled id never returns a stale filter
+    del w1
+    w3 = _frozen(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))
+    _check(wg.winograd_conv2d(x, w3, pads), _ref(x, w3, pads))
+
+
+def test_supported():
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    w = np.zeros((2, 4, 3, 3), np.float32)
+    assert wg.winograd_supported(x, w, (1, 1, 1, 1))
+    assert not wg.winograd_supported(x, w.astype(np.float64), (1, 1, 1, 1))
+    assert not wg.winograd_supported(x.astype(np.float16), w.astype(np.float16), (1, 1, 1, 1))
+    assert not wg.winograd_supported(x, np.zeros((2, 4, 5, 5), np.float32), (1, 1, 1, 1))
+    assert not wg.winograd_supported(x, np.zeros((2, 2, 3, 3), np.float32), (1, 1, 1, 1))
+    assert not wg.winograd_supported(x, w, (-1, 1, 1, 1))
+    assert not wg.winograd_supported(np.zeros((1, 4, 2, 2), np.float32), w, (0, 0, 0, 0))
+
+
+def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeypatch):
+    ort = pytest.importorskip("onnxruntime")
+    import onnxpy
+    from onnx import helper, numpy_helper
+    from onnxpy.ops import conv as conv_mod
+
+    calls = []
+    real = conv_mod.winograd_conv2d
+    monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array((rng.standard_normal((512, 256, 3, 3)) * 0.05).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")
+    g = helper.make_graph([helper.make_node("Conv", ["X", "W", "B"], ["Y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("X", 1, [1, 256, 28, 29])],
+                          [helper.make_tensor_value_info("Y", 1, None)], [w, b])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = rng.standard_normal((1, 256, 28, 29)).astype(np.float32)
+    got = onnxpy.InferenceSession(data).run(None, {"X": x})[0]
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    assert calls, "the 256->512 3x3 layer should run through Winograd"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
