@@ -41,6 +41,9 @@ _DW_BAND_WASTE = 8
 _DW_BAND_MAX_BYTES = 1 << 26
 # Strided convolutions with at least this many kernel taps build their columns from a stride-phase split.
 _POLY_MIN_TAPS = 16
+# Stride-1 depthwise convolutions with output planes up to this size run channels-last (measured: 544x7x7 1.8x the
+# banded GEMMs; at 14x14 the bands win).
+_DW_TINY_PLANE = 64
 # Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input channels and twice as many output
 # channels on >= 28x28 outputs (measured on a quiet machine: 512->512 at 28x28 1.3x, 256->512 1.12x; 256->256 at 56x56
 # and anything at 14x14 break even, narrower layers are slower -- its transforms are numpy passes on one core).
@@ -768,6 +771,10 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
         return _conv1x1(x, w, B, group, wkey)
     if Cg == 1 and group > 1:
+        if (M == group and group >= _DW_NHWC_MIN_C and strides[0] == 1 and strides[1] == 1
+                and out_shape[0] * out_shape[1] <= _DW_TINY_PLANE):
+            # tiny planes (7x7): per-channel band GEMMs are call overhead; channels-last row-vector passes win
+            return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B)
         th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)
         if th is not None:
             return _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey)

@@ -101,3 +101,21 @@ def test_fused_conv_specialised_equals_generic(activation, params, x_shape, w_sh
     got = fast.run(None, feeds)[0]
     want = generic.run(None, {**feeds, "W": w, "B": b})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c,hw,k,pads,dil,mult", [(128, 7, 3, 1, 1, 1), (96, 5, 5, 2, 1, 1), (160, 7, 3, 2, 2, 1),
+                                                 (128, 6, 3, 0, 1, 1), (96, 7, 3, 1, 1, 2)])
+def test_depthwise_tiny_planes_match_onnxruntime(c, hw, k, pads, dil, mult):
+    ort = pytest.importorskip("onnxruntime")
+    w = RNG.standard_normal((c * mult, 1, k, k)).astype(np.float32)
+    b = RNG.standard_normal(c * mult).astype(np.float32)
+    fast, _ = _sessions("Conv", (2, c, hw, hw), w, b, {"group": c, "pads": [pads] * 4, "dilations": [dil, dil]})
+    g = helper.make_graph([helper.make_node("Conv", ["X", "W", "B"], ["Y"], group=c, pads=[pads] * 4,
+                                            dilations=[dil, dil])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, c, hw, hw])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    np.testing.assert_allclose(fast.run(None, {"X": x})[0], want, rtol=1e-4, atol=1e-4)
