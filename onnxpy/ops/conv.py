@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 
@@ -11,6 +10,7 @@ from ..limits import check_alloc
 from ._common import F32 as _F32
 from ._common import F64 as _F64
 from ._shape_util import NOT_CONST, frozen
+from ._wcache import derived as _derived
 from ._spatial import (
     check_rank,
     compute_dtype,
@@ -51,35 +51,6 @@ _WINOGRAD = True
 _WINOGRAD_MIN_C = 256
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
-# Derived weight layouts of constant (frozen) filters, keyed by identity and checked through weak references.
-_WCACHE: dict = {}
-_WCACHE_MAX = 512
-
-
-def _derived(tag, arrays, make):
-    """``make()``, cached while every array in ``arrays`` (None allowed) is a frozen ndarray.
-
-    The entry holds weak references to the arrays, so a recycled id never returns a stale layout; writeable arrays
-    (whose content may change between calls) are never cached; ``arrays`` all None: no caching."""
-    live = [a for a in arrays if a is not None]
-    if not live or not all(frozen(a) for a in live):
-        return make()
-    key = (tag,) + tuple(None if a is None else id(a) for a in arrays)
-    hit = _WCACHE.get(key)
-    if hit is not None and all(r() is a for r, a in zip(hit[0], live)):
-        return hit[1]
-    res = make()
-    try:
-        refs = tuple(weakref.ref(a) for a in live)
-    except TypeError:
-        return res
-    if len(_WCACHE) >= _WCACHE_MAX:
-        _WCACHE.clear()
-    res.flags.writeable = False
-    _WCACHE[key] = (refs, res)
-    return res
-
-
 def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
     """N-D grouped convolution of x (N, C, *S) with w (M, C/group, *K); x and w share a float compute dtype."""
     N, C = x.shape[:2]

@@ -12,11 +12,10 @@ are indexed i * Wq + j with one spare (garbage) column per tile row, which is dr
 
 from __future__ import annotations
 
-import weakref
 
 import numpy as np
 
-from ._shape_util import frozen
+from ._wcache import derived
 
 __all__ = ["winograd_conv2d", "winograd_supported"]
 
@@ -29,8 +28,6 @@ _BLOCK_BYTES = 1 << 21
 _MIN_BLOCK_TILES = 256
 
 # Transformed filters of constant (read-only) weights: id(w) -> (weakref(w), U).
-_UCACHE: dict = {}
-_UCACHE_MAX = 256
 
 
 def winograd_supported(x, w, pads) -> bool:
@@ -56,22 +53,7 @@ def _transform_filter(w):
 
 def _filter(w):
     """Transformed filter, cached while ``w`` is a frozen (read-only, unaliased) array; never for writeable ones."""
-    if not frozen(w):
-        return _transform_filter(w)
-    key = id(w)
-    hit = _UCACHE.get(key)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
-    u = _transform_filter(w)
-    try:
-        ref = weakref.ref(w)
-    except TypeError:  # pragma: no cover - ndarrays support weak references
-        return u
-    if len(_UCACHE) >= _UCACHE_MAX:
-        _UCACHE.clear()
-    u.flags.writeable = False
-    _UCACHE[key] = (ref, u)
-    return u
+    return derived(("winograd",), (w,), lambda: _transform_filter(w))
 
 
 def _phase_block(dst, x, n, pads, q0, Wq):

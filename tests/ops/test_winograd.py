@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from _oracle import run_ort, single_node
 
+from onnxpy.ops import _wcache
 from onnxpy.ops import winograd as wg
 
 
@@ -109,14 +110,14 @@ def test_filter_cache():
     # a writeable weight is never cached: changing it in place changes the result
     w = rng.standard_normal((3, 4, 3, 3)).astype(np.float32)
     wg.winograd_conv2d(x, w, pads)
-    assert not any(hit[0]() is w for hit in wg._UCACHE.values())
+    assert not any(r() is w for refs, _ in _wcache._CACHE.values() for r in refs)
     w *= 2
     _check(wg.winograd_conv2d(x, w, pads), _ref(x, w, pads))
     # read-only weights are cached, and two different weights of the same shape give their own results
     w1 = _frozen(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))
     w2 = _frozen(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))
     y1 = wg.winograd_conv2d(x, w1, pads)
-    assert wg._UCACHE[id(w1)][0]() is w1
+    assert _wcache._CACHE[(("winograd",), id(w1))][0][0]() is w1
     assert wg.winograd_conv2d(x, w1, pads) is not y1
     _check(y1, _ref(x, w1, pads))
     _check(wg.winograd_conv2d(x, w2, pads), _ref(x, w2, pads))
