@@ -39,6 +39,10 @@ _DW_BAND_BLOCK = 1 << 20
 _DW_BAND_WASTE = 8
 # Largest per-channel product buffer of the banded path (bytes).
 _DW_BAND_MAX_BYTES = 1 << 26
+# Banded depthwise GEMMs with a channel's row tiles side by side (``_band_wide``: one GEMM per kernel column and
+# channel; measured 1.05-1.15x the one-GEMM-per-tile layout on 14x14..112x112 planes, never slower).  False: the
+# per-tile layout (kept for comparison; the tests run both).
+_DW_BAND_WIDE = True
 # Strided convolutions with at least this many kernel taps build their columns from a stride-phase split.
 _POLY_MIN_TAPS = 16
 # Stride-1 depthwise convolutions with output planes up to this size run channels-last (measured: 544x7x7 1.8x the
@@ -457,6 +461,20 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
     Wq = -(-Wp // sw)  # columns per phase
     fold = B is not None
     thp1 = thp + fold
+    # kernel columns grouped by phase (column 0 first: it needs no shift and carries the bias)
+    order = sorted(range(KW), key=lambda j: ((j * dw) % sw, j))
+    shifts = [(j * dw) // sw for j in order]
+    spans = []
+    for b in range(sw):
+        ks = [k for k, j in enumerate(order) if (j * dw) % sw == b]
+        if ks:
+            spans.append((b, ks[0], ks[-1] + 1))
+    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)
+    live = [a for a in wkey if a is not None]
+    cached = bool(live) and all(frozen(a) for a in live)
+    if _DW_BAND_WIDE:
+        return _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans,
+                          wkey if cached else None)
     # zero-padded input split into column phases and row tiles (tiles overlap by thp - th*sh rows), each tile
     # followed by a row of ones for the bias
     tiles = np.zeros((sw, N, C, 1, nt, thp1, Wq), dtype=dt)
@@ -473,17 +491,7 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
                 tiles[b, :, :, 0, t, a0 - r0:a1 - r0, u0:u0 + nc] = x[:, :, a0:a1, c0::sw]
     if fold:
         tiles[:, :, :, 0, :, thp] = 1
-    # kernel columns grouped by phase (column 0 first: it needs no shift and carries the bias)
-    order = sorted(range(KW), key=lambda j: ((j * dw) % sw, j))
-    shifts = [(j * dw) // sw for j in order]
-    spans = []
-    for b in range(sw):
-        ks = [k for k, j in enumerate(order) if (j * dw) % sw == b]
-        if ks:
-            spans.append((b, ks[0], ks[-1] + 1))
-    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)
-    live = [a for a in wkey if a is not None]
-    if live and all(frozen(a) for a in live):
+    if cached:
         T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
                      lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
     else:
@@ -506,6 +514,74 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
                 a = acc[:L - q]
                 a += Yf[k, q:]
             out[n, g0 * Mg:g1 * Mg] = acc.reshape(gb * Mg, Hr, Wq)[:, :Ho, :Wo]
+    return out
+
+
+def _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans, wkey):
+    """``_depthwise2d_band`` with the row tiles of a channel laid side by side, (thp [+ 1], nt * Wq) per channel and
+    column phase, so each kernel column's band multiplies all tiles of a channel in one GEMM: KW * C GEMMs instead
+    of KW * C * nt tiny ones (numpy's per-matrix BLAS call overhead dominates those).  The output rows then come
+    out tile-row-major and are transposed back in the final copy."""
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    Mg = M // group
+    sh, sw = strides
+    Ho, Wo = out_shape
+    dt = x.dtype
+    fold = B is not None
+    thp1 = thp + fold
+    NW = nt * Wq
+    tiles = np.zeros((sw, N, C, thp1, nt, Wq), dtype=dt)
+    for b in range(sw):
+        u0 = max(0, -(-(pb[1] - b) // sw))  # first phase column inside x
+        c0 = b + u0 * sw - pb[1]
+        if c0 >= W:
+            continue
+        nc = (W - 1 - c0) // sw + 1
+        for t in range(nt):
+            r0 = t * th * sh - pb[0]  # input row of the tile's first row
+            a0, a1 = max(0, r0), min(H, r0 + thp)
+            if a1 > a0:
+                tiles[b, :, :, a0 - r0:a1 - r0, t, u0:u0 + nc] = x[:, :, a0:a1, c0::sw]
+    if fold:
+        tiles[:, :, :, thp] = 1
+    tiles = tiles.reshape(sw, N, group, 1, thp1, NW)
+
+    dh = dilations[0]
+    if wkey is not None:
+        T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
+                     lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
+    else:
+        T = _band_filters(w, B, group, th, sh, dh, order, thp1)
+    T = T.reshape(KW, group, Mg, th, thp1)
+    out = np.empty((N, M, Ho, Wo), dtype=dt)
+    per_c = KW * Mg * th * NW * dt.itemsize
+    step = max(1, min(group, _DW_BAND_BLOCK // max(1, per_c)))
+    # kernel-column-major products: the shifted adds below then read and write disjoint contiguous ranges (numpy
+    # would copy an operand of an in-place add that interleaves with its output)
+    Y = np.empty((KW, step, Mg, th, NW), dtype=dt)
+    exact = nt * th == Ho
+    for n in range(N):
+        for g0 in range(0, group, step):
+            g1 = min(group, g0 + step)
+            gb = g1 - g0
+            for b, k0, k1 in spans:
+                np.matmul(T[k0:k1, g0:g1], tiles[b, n, g0:g1], out=Y[k0:k1, :gb])
+            Yf = Y[:, :gb].reshape(KW, -1)
+            acc = Yf[0]
+            L = acc.size
+            for k in range(1, KW):
+                q = shifts[k]
+                a = acc[:L - q]
+                a += Yf[k, q:]
+            src = acc.reshape(gb * Mg, th, nt, Wq)
+            dst = out[n, g0 * Mg:g1 * Mg]
+            if exact:
+                dst.reshape(gb * Mg, nt, th, Wo)[...] = src[..., :Wo].transpose(0, 2, 1, 3)
+            else:
+                for t in range(nt):
+                    h = min(th, Ho - t * th)
+                    dst[:, t * th:t * th + h] = src[:, :h, t, :Wo]
     return out
 
 

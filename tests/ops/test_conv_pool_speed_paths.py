@@ -356,3 +356,54 @@ def test_hard_swish_blocked(shape, dtype):
     got = hard_swish_like(x, add=3.0, lo=0.0, hi=6.0, scale=6.0, scale_op="Div")
     assert got.dtype == dtype and got.shape == x.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("xs,mult,ks,attrs", DW_CASES)
+def test_depthwise_band_layouts_vs_direct_sum(xs, mult, ks, attrs, wide, monkeypatch):
+    """Both banded layouts (row tiles side by side, and one GEMM per tile) against the float64 direct sum, with
+    frozen (cached band matrices) and writeable filters, and with channel blocks of one channel."""
+    monkeypatch.setattr(conv_mod, "_DW_BAND_WIDE", wide)
+    G = xs[1]
+    x, w, b = rand(*xs), rand(G * mult, 1, *ks), rand(G * mult)
+    pads, strides, dil = attrs.get("pads", [0, 0, 0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    want = _naive_depthwise(x, w, b, pads, strides, dil)
+    for wk, bk in ((w, b), (_frozen(w), _frozen(b))):
+        for _ in range(2):  # second call: cached band matrices
+            np.testing.assert_allclose(conv_mod.conv(x, wk, bk, group=G, **attrs), want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(conv_mod, "_DW_BAND_BLOCK", 1)
+    np.testing.assert_allclose(conv_mod.conv(x, w, None, group=G, **attrs), want - b.reshape(1, -1, 1, 1),
+                               rtol=1e-4, atol=1e-4)
+
+
+MAXPOOL_W3S2_CASES = [
+    ((1, 4, 11, 11), {"kernel_shape": [3, 3], "strides": [2, 2]}),  # no pads, odd width
+    ((2, 3, 12, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # left pad column
+    ((1, 3, 13, 10), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),  # last window past the edge
+    ((1, 3, 9, 14), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 0, 0, 1]}),  # top pad rows
+    ((1, 3, 9, 14), {"kernel_shape": [4, 3], "strides": [3, 2], "pads": [2, 1, 2, 1]}),  # rows without full taps
+    ((1, 2, 5, 6), {"kernel_shape": [1, 3], "strides": [1, 2], "pads": [0, 1, 0, 0]}),  # one-row kernel
+    ((1, 2, 3, 4), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # tiny image
+]
+
+
+@pytest.mark.parametrize("xs,attrs", MAXPOOL_W3S2_CASES)
+def test_maxpool_w3s2_vs_ort(xs, attrs):
+    _check("MaxPool", [rand(*xs)], attrs, opset=12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8])
+@pytest.mark.parametrize("xs,attrs", MAXPOOL_W3S2_CASES)
+def test_maxpool_w3s2_vs_general(xs, attrs, dtype, monkeypatch):
+    from onnxpy.ops import pool as pool_mod
+    x = (RNG.standard_normal(xs) * 50).astype(dtype)
+    if dtype == np.float32:
+        x.flat[::7] = np.nan
+    got = pool_mod.max_pool(x, **attrs)
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_W3S2", False)
+    want = pool_mod.max_pool(x, **attrs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_W3S2", True)
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_BLOCK_BYTES", 1)  # one channel per block
+    np.testing.assert_array_equal(pool_mod.max_pool(x, **attrs), want)
