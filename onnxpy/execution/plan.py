@@ -21,7 +21,7 @@ import numpy as np
 from .. import custom_ops
 from ..capi.onnxruntime_pybind11_state import InvalidGraph, NotImplemented as OrtNotImplemented, _OrtError
 from ..ir.model import Graph, Node
-from ..ops import load_all, registry
+from ..ops import registry
 from ..ops._shape_util import NOT_CONST
 
 _log = logging.getLogger("onnxpy.plan")
@@ -371,7 +371,7 @@ class Planner:
     """Builds plans; ``runner`` is the executor entry used by subgraph calls."""
 
     def __init__(self, opsets: dict, runner, custom_ops=None, function_expander=None):
-        load_all()
+        # kernels are loaded per op by ``registry.lookup`` (only the op families the model uses)
         self.opsets = opsets
         self.runner = runner
         self.custom_ops = custom_ops or {}

@@ -12,6 +12,7 @@ import functools
 import onnx
 
 from ..capi.onnxruntime_pybind11_state import InvalidGraph
+from . import _arity_table
 from .model import Graph
 
 CHECKED_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
@@ -19,6 +20,20 @@ CHECKED_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 
 @functools.lru_cache(maxsize=4096)
 def _ranges(op_type: str, opset: int, domain: str):
+    """(min_input, max_input, min_output, max_output) of the schema onnx picks for ``opset``, or None."""
+    if _arity_table.ONNX_VERSION == onnx.__version__:
+        rows = _arity_table.RANGES.get((domain, op_type))
+        if rows is not None:
+            best = None
+            for r in rows:
+                if r[0] <= opset:
+                    best = r
+            if best is not None:
+                return best[1:]
+    return _onnx_ranges(op_type, opset, domain)
+
+
+def _onnx_ranges(op_type: str, opset: int, domain: str):
     try:
         s = onnx.defs.get_schema(op_type, opset, domain)
     except Exception:  # noqa: BLE001 - unknown op: the planner reports it

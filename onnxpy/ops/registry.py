@@ -25,6 +25,7 @@ Kernel contract (shared by every op family module):
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
@@ -84,9 +85,28 @@ def kernel(op_type: str, since: int | tuple[int, ...] | list[int] = 1, domain: s
     def deco(fn):
         for v in versions:
             _REGISTRY.setdefault((dom, op_type), {})[int(v)] = fn  # described on first lookup (import time)
+        if _track is not None:
+            owner = _registering_family()
+            for v in versions:
+                _track.append(((dom, op_type), int(v), owner))
         return fn
 
     return deco
+
+
+_track: list | None = None  # while a list: (key, version, family module) per registration (see ops._check_index)
+
+
+def _registering_family() -> str | None:
+    """The op-family module whose code is registering a kernel (the innermost such frame), or None."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = f.f_globals.get("__name__", "")
+        if name.startswith("onnxpy.ops.") and not name.rsplit(".", 1)[1].startswith("_") \
+                and name != "onnxpy.ops.registry":
+            return name.rsplit(".", 1)[1]
+        f = f.f_back
+    return None
 
 
 def register(op_type: str, fn: Callable[..., Any], since: int = 1, domain: str = ONNX_DOMAIN) -> None:
@@ -94,8 +114,16 @@ def register(op_type: str, fn: Callable[..., Any], since: int = 1, domain: str =
     kernel(op_type, since, domain)(fn)
 
 
+def _load_for(domain: str, op_type: str) -> None:
+    from . import load_for
+
+    load_for(domain, op_type)
+
+
 def lookup(domain: str, op_type: str, opset: int) -> KernelInfo | None:
-    """The kernel for ``op_type`` at the model's ``opset`` of ``domain``, or None."""
+    """The kernel for ``op_type`` at the model's ``opset`` of ``domain``, or None (the op-family modules that
+    register it are imported first, see ``onnxpy.ops.load_for``)."""
+    _load_for(_normalize_domain(domain), op_type)
     versions = _REGISTRY.get((_normalize_domain(domain), op_type))
     if not versions:
         return None
@@ -113,9 +141,13 @@ def lookup(domain: str, op_type: str, opset: int) -> KernelInfo | None:
 
 def versions_of(domain: str, op_type: str) -> list[int]:
     """The opset versions registered for an op (for error messages)."""
+    _load_for(_normalize_domain(domain), op_type)
     return sorted(_REGISTRY.get((_normalize_domain(domain), op_type), {}))
 
 
 def registered_ops() -> list[tuple[str, str, int]]:
     """Every (domain, op_type, since) in the registry."""
+    from . import load_all
+
+    load_all()
     return sorted((d, o, v) for (d, o), vs in _REGISTRY.items() for v in vs)

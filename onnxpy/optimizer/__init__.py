@@ -62,6 +62,9 @@ class OptContext:
 
         if self._planner is None:
             self._planner = Planner(self.model.opsets, lambda p, i, o: run_plan(p, i, o))
+        res = self._run_node_direct(node, inputs)
+        if res is not NotImplemented:
+            return res
         names = [f"__in{i}" if x else "" for i, x in enumerate(node.inputs)]
         tmp = Graph("fold", [type(node)(node.op_type, node.domain, names, list(node.outputs), node.attrs, node.name)],
                     [], [ValueInfo(o) for o in node.outputs if o],
@@ -74,6 +77,41 @@ class OptContext:
             return None
         it = iter(outs)
         return [next(it) if o else None for o in node.outputs]
+
+    def _run_node_direct(self, node, inputs):
+        """``run_node`` without building a one-node plan: the kernel bound as the planner binds it (attributes,
+        reserved arguments, ``specialize`` hook on the constant inputs), called once.  Same results as planning
+        and running the one-node graph; ``NotImplemented`` for the cases only the planner handles (graph
+        attributes, repeated or reserved output names)."""
+        from ..execution.plan import SINK, _specialize
+
+        outs = node.outputs
+        named = [o for o in outs if o]
+        if len(set(named)) != len(named) or any(o.startswith("__in") for o in named):
+            return NotImplemented
+        for v in node.attrs.values():
+            if isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph)):
+                return NotImplemented
+        try:
+            fn, implicit, _ = self._planner._bind(node)
+            if implicit:
+                return NotImplemented
+            spec = getattr(fn, "_onnxpy_spec", None)
+            if spec is not None:
+                ins = tuple(i + 1 if x else SINK for i, x in enumerate(node.inputs))
+                consts = {i + 1: v for i, (x, v) in enumerate(zip(node.inputs, inputs)) if x}
+                fn = _specialize(fn, spec, ins, consts, set())
+            res = fn(*[v if x else None for x, v in zip(node.inputs, inputs)])
+        except Exception as e:  # noqa: BLE001 - a node that cannot be folded stays in the graph
+            log.debug("constant folding skipped %s: %s", node.describe(), e)
+            return None
+        if type(res) is not tuple:
+            res = (res,)
+        vals = [None] * len(outs)
+        for i, r in zip(range(len(outs)), res):
+            if outs[i]:
+                vals[i] = np.asarray(r) if isinstance(r, np.generic) else r
+        return vals
 
 
 def _disabled(options, kwargs) -> set:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..ir.model import Node
-from .graph_utils import consumers, graph_output_names, producers
+from .graph_utils import graph_changed, graph_output_names, shared_consumers, shared_producers
 from .passes import Pass
 
 MS = "com.microsoft"
@@ -40,13 +40,28 @@ def _is(n, op):
 
 
 class _Matcher:
-    """Per-pass view of the graph: producers, consumers and which values must stay visible."""
+    """Per-pass view of the graph: producers, consumers and which values must stay visible.
+
+    The maps are built on first use (a pass that never asks costs nothing) and shared with the other passes
+    through ``graph_utils`` until the graph changes (see ``graph_utils.shared_consumers``).
+    """
 
     def __init__(self, g, ctx):
         self.g = g
-        self.prod = producers(g)
-        self.cons = consumers(g)
         self.outs = graph_output_names(g) | ctx.protected
+        self._prod = self._cons = None
+
+    @property
+    def prod(self):
+        if self._prod is None:
+            self._prod = shared_producers(self.g)
+        return self._prod
+
+    @property
+    def cons(self):
+        if self._cons is None:
+            self._cons = shared_consumers(self.g)
+        return self._cons
 
     def producer(self, name):
         return self.prod.get(name)
@@ -78,9 +93,12 @@ class AnchoredFusion(Pass):
     anchor_domain = ""  # "" means the ONNX domain
 
     def apply(self, g, ctx):
+        domains = (self.anchor_domain,) if self.anchor_domain else ("", "ai.onnx")
+        anchor = self.anchor
+        if not any(n.op_type == anchor and n.domain in domains for n in g.nodes):
+            return 0
         m = _Matcher(g, ctx)
         done = 0
-        domains = (self.anchor_domain,) if self.anchor_domain else ("", "ai.onnx")
         gone: set = set()  # ids of nodes removed earlier in this sweep
         for node in list(g.nodes):
             if node.op_type != self.anchor or node.domain not in domains or id(node) in gone:
@@ -94,6 +112,7 @@ class AnchoredFusion(Pass):
             g.nodes[last] = new
             g.nodes[:] = [n for n in g.nodes if id(n) not in ids]
             gone |= ids
+            graph_changed(g)
             m = _Matcher(g, ctx)
             done += 1
         return done
@@ -119,6 +138,9 @@ class SweepPass(Pass):
         return None
 
     def apply(self, g, ctx):
+        wants = self.wants
+        if not any(wants(n) for n in g.nodes):
+            return 0
         state = self.begin(g, ctx)
         m = _Matcher(g, ctx)
         m.sweep = state
@@ -129,9 +151,10 @@ class SweepPass(Pass):
                 continue
             if self.rewrite(node, m, g, ctx):
                 done += 1
+                graph_changed(g)
                 m = _Matcher(g, ctx)
                 m.sweep = state
-                live = {id(n) for n in g.nodes}
+                live = set(map(id, g.nodes))
         return done
 
     def rewrite(self, node, m: _Matcher, g, ctx) -> bool:  # pragma: no cover - interface
