@@ -340,3 +340,87 @@ def test_saved_model_leaves_matmul_fusions_out(tmp_path):
     np.testing.assert_allclose(_ort(saved.SerializeToString(), feeds)[0], y, rtol=1e-5, atol=1e-5)
     _, s2 = _py(mb, feeds)  # without a file to write, the session itself runs the fused ops
     assert "MatMulBiasGelu" in _op_types(s2)
+
+
+# ------------------------------------------------------------------ transposed (Fortran-order) constant weights
+def test_transposed_weight_layout_and_guards(monkeypatch):
+    assert linalg.transposed_weight(np.ones((300, 260), np.float32)).flags.c_contiguous  # off by default (memory)
+    monkeypatch.setattr(linalg, "_TRANSPOSED_WEIGHTS", True)
+    w = _rng(1).standard_normal((300, 260)).astype(np.float32)
+    wf = linalg.transposed_weight(w)
+    assert wf.flags.f_contiguous and not wf.flags.writeable and np.array_equal(wf, w)
+    small = np.ones((8, 8), np.float32)
+    assert linalg.transposed_weight(small) is small
+    assert linalg.transposed_weight(wf) is wf  # already in that layout: no copy
+    a = _rng(2).standard_normal((5, 7, 300)).astype(np.float32)
+    np.testing.assert_allclose(a @ wf, a @ w, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("a_shape", [(128, 300), (2, 9, 300), (1, 300)])
+@pytest.mark.parametrize("layout", [False, True])
+def test_specialized_matmul_bias_and_gelu_transposed_weights(dtype, a_shape, layout, monkeypatch):
+    monkeypatch.setattr(linalg, "_TRANSPOSED_WEIGHTS", layout)
+    rng = _rng(3)
+    w = rng.standard_normal((300, 260)).astype(dtype) * dtype(0.05)
+    w.flags.writeable = False
+    c = rng.standard_normal(260).astype(dtype)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    run = linalg.matmul_bias.specialize((NOT_CONST, w, c), {})
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    got = run(a, w, c)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(got.astype(np.float64), linalg.matmul_bias(a, w, c).astype(np.float64), rtol=tol,
+                               atol=tol)
+    run_g = cf.matmul_bias_gelu.specialize((NOT_CONST, w, c), {})
+    assert run_g is not None
+    ref = cf.matmul_bias_gelu(a, w, c)
+    got = run_g(a, w, c)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+    # another dtype than the weight's goes to the generic kernel (and its error)
+    with pytest.raises(TypeError):
+        run(a.astype(np.int32), w, c)
+
+
+def _gemm_model(m, k, n, trans_a, trans_b, alpha, beta, with_c, dtype, opset):
+    rng = _rng(4)
+    tp = _TP[np.dtype(dtype)]
+    b = (rng.standard_normal((n, k) if trans_b else (k, n)) * 0.05).astype(dtype)
+    inits = [numpy_helper.from_array(b, "B")]
+    ins = ["A", "B"]
+    if with_c:
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(dtype), "C"))
+        ins.append("C")
+    node = helper.make_node("Gemm", ins, ["Y"], alpha=alpha, beta=beta, transA=trans_a, transB=trans_b)
+    a_shape = [k, m] if trans_a else [m, k]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", tp, a_shape)],
+                          [helper.make_tensor_value_info("Y", tp, [m, n])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return model, rng.standard_normal(a_shape).astype(dtype)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("alpha,beta,with_c", [(1.0, 1.0, True), (0.5, 2.0, True), (1.0, 1.0, False)])
+@pytest.mark.parametrize("dtype,opset", [(np.float32, 13), (np.float64, 11)])
+def test_gemm_constant_b_specialized_vs_ort(trans_a, trans_b, alpha, beta, with_c, dtype, opset):
+    model, a = _gemm_model(33, 300, 260, trans_a, trans_b, alpha, beta, with_c, dtype, opset)
+    data = model.SerializeToString()
+    got = onnxpy.InferenceSession(data).run(None, {"A": a})[0]
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"A": a})[0]
+    assert got.dtype == ref.dtype
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_specialize_guards():
+    w = np.ones((300, 260), np.float32)
+    assert linalg.gemm_11.specialize((NOT_CONST, NOT_CONST, None), {}) is None
+    assert linalg.gemm_11.specialize((NOT_CONST, np.ones((4, 4), np.float32), None), {}) is None  # small
+    assert linalg.gemm_11.specialize((NOT_CONST, w.astype(np.float16), None), {}) is None
+    run = linalg.gemm_11.specialize((NOT_CONST, w, None), {"transB": 1})
+    a = _rng(5).standard_normal((4, 260)).astype(np.float32)
+    np.testing.assert_allclose(run(a, w, None), a @ w.T, rtol=1e-5)
+    with pytest.raises(TypeError):
+        run(a.astype(np.float64), w, None)  # mixed types: the generic kernel's error
+    with pytest.raises(ValueError):
+        run(np.ones((4, 7), np.float32), w, None)
