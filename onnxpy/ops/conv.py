@@ -39,10 +39,6 @@ _DW_BAND_BLOCK = 1 << 20
 _DW_BAND_WASTE = 8
 # Largest per-channel product buffer of the banded path (bytes).
 _DW_BAND_MAX_BYTES = 1 << 26
-# Banded depthwise GEMMs with a channel's row tiles side by side (``_band_wide``: one GEMM per kernel column and
-# channel; measured 1.05-1.15x the one-GEMM-per-tile layout on 14x14..112x112 planes, never slower).  False: the
-# per-tile layout (kept for comparison; the tests run both).
-_DW_BAND_WIDE = True
 # Strided convolutions with at least this many kernel taps build their columns from a stride-phase split.
 _POLY_MIN_TAPS = 16
 # Stride-1 depthwise convolutions with output planes up to this size run channels-last (measured: 544x7x7 1.8x the
@@ -440,27 +436,23 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
     Kernel column j of channel c contributes T[j, c] @ X, where the th x thp band T[j, c] holds w[c, 0, i, j] at
     (r, r*sh + i*dh); that product, shifted left by j*dw columns, is the column's share of the output.  With a
     stride along W the padded columns are first split into their sw phases and kernel column j reads phase
-    j*dw % sw, shifted by j*dw // sw.  All KW*C GEMMs run in one matmul call per phase into a tap-major buffer, so
-    each shift-add is a single 1-D contiguous pass (the spare columns per row absorb the shifts), and the bias
-    rides in the first column's GEMM on a row of ones.  The GEMMs cost thp / KH times the multiply-adds of the
-    direct sum, but run in BLAS instead of two numpy passes per tap."""
-    N, C, H, W = x.shape
-    M, _, KH, KW = w.shape
-    Mg = M // group
+    j*dw % sw, shifted by j*dw // sw.  The tiles of a channel sit side by side (``_band_wide``), so the KW*C GEMMs
+    run in one matmul call per phase into a tap-major buffer and each shift-add is a single 1-D contiguous pass
+    (the spare columns per row absorb the shifts); the bias rides in the first column's GEMM on a row of ones.
+    The GEMMs cost thp / KH times the multiply-adds of the direct sum, but run in BLAS instead of two numpy passes
+    per tap."""
+    W = x.shape[3]
+    KH, KW = w.shape[2:]
     sh, sw = strides
     dh, dw = dilations
-    Ho, Wo = out_shape
-    dt = x.dtype
+    Ho = out_shape[0]
     if th is None:
         th = _band_rows(Ho, KH, sh, dh)
     nt = -(-Ho // th)
     th = -(-Ho // nt)
-    Hr = nt * th  # output rows computed (>= Ho)
     thp = (th - 1) * sh + (KH - 1) * dh + 1  # input rows per tile
     Wp = W + pb[1] + pe[1]
     Wq = -(-Wp // sw)  # columns per phase
-    fold = B is not None
-    thp1 = thp + fold
     # kernel columns grouped by phase (column 0 first: it needs no shift and carries the bias)
     order = sorted(range(KW), key=lambda j: ((j * dw) % sw, j))
     shifts = [(j * dw) // sw for j in order]
@@ -469,52 +461,8 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
         ks = [k for k, j in enumerate(order) if (j * dw) % sw == b]
         if ks:
             spans.append((b, ks[0], ks[-1] + 1))
-    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)
-    live = [a for a in wkey if a is not None]
-    cached = bool(live) and all(frozen(a) for a in live)
-    if _DW_BAND_WIDE:
-        return _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans,
-                          wkey if cached else None)
-    # zero-padded input split into column phases and row tiles (tiles overlap by thp - th*sh rows), each tile
-    # followed by a row of ones for the bias
-    tiles = np.zeros((sw, N, C, 1, nt, thp1, Wq), dtype=dt)
-    for b in range(sw):
-        u0 = max(0, -(-(pb[1] - b) // sw))  # first phase column inside x
-        c0 = b + u0 * sw - pb[1]
-        if c0 >= W:
-            continue
-        nc = (W - 1 - c0) // sw + 1
-        for t in range(nt):
-            r0 = t * th * sh - pb[0]  # input row of the tile's first row
-            a0, a1 = max(0, r0), min(H, r0 + thp)
-            if a1 > a0:
-                tiles[b, :, :, 0, t, a0 - r0:a1 - r0, u0:u0 + nc] = x[:, :, a0:a1, c0::sw]
-    if fold:
-        tiles[:, :, :, 0, :, thp] = 1
-    if cached:
-        T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
-                     lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
-    else:
-        T = _band_filters(w, B, group, th, sh, dh, order, thp1)
-    out = np.empty((N, M, Ho, Wo), dtype=dt)
-    per_c = KW * Mg * Hr * Wq * dt.itemsize
-    step = max(1, min(group, _DW_BAND_BLOCK // max(1, per_c)))
-    Y = np.empty((KW, step, Mg, nt, th, Wq), dtype=dt)
-    for n in range(N):
-        for g0 in range(0, group, step):
-            g1 = min(group, g0 + step)
-            gb = g1 - g0
-            for b, k0, k1 in spans:
-                np.matmul(T[k0:k1, g0:g1], tiles[b, n, g0:g1], out=Y[k0:k1, :gb])
-            Yf = Y[:, :gb].reshape(KW, -1)
-            acc = Yf[0]
-            L = acc.size
-            for k in range(1, KW):
-                q = shifts[k]
-                a = acc[:L - q]
-                a += Yf[k, q:]
-            out[n, g0 * Mg:g1 * Mg] = acc.reshape(gb * Mg, Hr, Wq)[:, :Ho, :Wo]
-    return out
+    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)  # a bias not in the key: no caching
+    return _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans, wkey)
 
 
 def _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans, wkey):
@@ -548,11 +496,8 @@ def _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, W
     tiles = tiles.reshape(sw, N, group, 1, thp1, NW)
 
     dh = dilations[0]
-    if wkey is not None:
-        T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
-                     lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
-    else:
-        T = _band_filters(w, B, group, th, sh, dh, order, thp1)
+    T = _derived(("band", group, th, sh, dh, tuple(order), thp1, w.dtype.str), wkey,
+                 lambda: _band_filters(w, B, group, th, sh, dh, order, thp1))
     T = T.reshape(KW, group, Mg, th, thp1)
     out = np.empty((N, M, Ho, Wo), dtype=dt)
     per_c = KW * Mg * th * NW * dt.itemsize

@@ -358,12 +358,10 @@ def test_hard_swish_blocked(shape, dtype):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("xs,mult,ks,attrs", DW_CASES)
-def test_depthwise_band_layouts_vs_direct_sum(xs, mult, ks, attrs, wide, monkeypatch):
-    """Both banded layouts (row tiles side by side, and one GEMM per tile) against the float64 direct sum, with
-    frozen (cached band matrices) and writeable filters, and with channel blocks of one channel."""
-    monkeypatch.setattr(conv_mod, "_DW_BAND_WIDE", wide)
+def test_depthwise_band_layouts_vs_direct_sum(xs, mult, ks, attrs, monkeypatch):
+    """The banded path (row tiles side by side) against the float64 direct sum, with frozen (cached band matrices)
+    and writeable filters, and with channel blocks of one channel."""
     G = xs[1]
     x, w, b = rand(*xs), rand(G * mult, 1, *ks), rand(G * mult)
     pads, strides, dil = attrs.get("pads", [0, 0, 0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
