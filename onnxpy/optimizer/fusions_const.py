@@ -156,28 +156,23 @@ class ConvInputAffineFusion(SweepPass):
         C = Cg * group
         if group < 1 or M % group:
             return False
-        a = shift = None
-        src, chain = conv.inputs[0], []
-        node = m.producer(src)
-        if _is(node, "Add") and len(node.inputs) == 2 and m.single_use(src):
+        vecs, src, chain = {}, conv.inputs[0], []
+        for op in ("Add", "Mul"):  # walking up from the Conv: x * a + b
+            node = m.producer(src)
+            if not (_is(node, op) and len(node.inputs) == 2 and m.single_use(src)):
+                continue
             other = next((x for x in node.inputs if _const(g, x) is not None), None)
-            if other is not None:
-                shift = _per_channel(_const(g, other), w.ndim, C)
-                if shift is None or _const(g, other).dtype != w.dtype:
-                    return False
-                chain.append(node)
-                src = m.other_input(node, other)
-                node = m.producer(src)
-        if _is(node, "Mul") and len(node.inputs) == 2 and m.single_use(src):
-            other = next((x for x in node.inputs if _const(g, x) is not None), None)
-            if other is not None:
-                a = _per_channel(_const(g, other), w.ndim, C)
-                if a is None or _const(g, other).dtype != w.dtype:
-                    return False
-                chain.append(node)
-                src = m.other_input(node, other)
+            if other is None:
+                continue
+            c = _const(g, other)
+            vecs[op] = _per_channel(c, w.ndim, C)
+            if vecs[op] is None or c.dtype != w.dtype:
+                return False
+            chain.append(node)
+            src = m.other_input(node, other)
         if not chain:
             return False
+        shift, a = vecs.get("Add"), vecs.get("Mul")
         wg = w.reshape(group, M // group, Cg, -1).astype(np.float64)
         w2, bias = wg, np.zeros(M, np.float64) if b0 is None else b0.astype(np.float64)
         if shift is not None:
