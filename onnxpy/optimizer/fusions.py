@@ -66,6 +66,10 @@ class _Matcher:
     def producer(self, name):
         return self.prod.get(name)
 
+    def producer_of(self, names, op):
+        """The first node of ONNX type ``op`` producing one of ``names``, or None."""
+        return next((n for n in map(self.prod.get, names) if _is(n, op)), None)
+
     def single_use(self, name):
         return len(self.cons.get(name, [])) == 1 and name not in self.outs
 
@@ -167,11 +171,11 @@ class LayerNormFusion(AnchoredFusion):
     anchor = "Add"
 
     def match(self, add, m, g, ctx):
-        mul = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "Mul")), None)
+        mul = m.producer_of(add.inputs, "Mul")
         if mul is None or not m.single_use(mul.outputs[0]):
             return None
         beta = m.other_input(add, mul.outputs[0])
-        div = next((m.producer(x) for x in mul.inputs if _is(m.producer(x), "Div")), None)
+        div = m.producer_of(mul.inputs, "Div")
         if div is None or beta not in g.initializers or not m.single_use(div.outputs[0]):
             return None
         gamma = m.other_input(mul, div.outputs[0])
@@ -183,7 +187,7 @@ class LayerNormFusion(AnchoredFusion):
         eps_add = m.producer(sqrt.inputs[0])
         if not _is(eps_add, "Add"):
             return None
-        var = next((m.producer(x) for x in eps_add.inputs if _is(m.producer(x), "ReduceMean")), None)
+        var = m.producer_of(eps_add.inputs, "ReduceMean")
         if var is None:
             return None
         eps = _scalar(g, m.other_input(eps_add, var.outputs[0]))
@@ -305,7 +309,7 @@ class MatMulAddFusion(AnchoredFusion):
     anchor = "Add"
 
     def match(self, add, m, g, ctx):
-        mm = next((m.producer(x) for x in add.inputs if _is(m.producer(x), "MatMul")), None)
+        mm = m.producer_of(add.inputs, "MatMul")
         if mm is None or not m.single_use(mm.outputs[0]):
             return None
         bias = m.other_input(add, mm.outputs[0])

@@ -34,7 +34,7 @@ class _ConvConst(SweepPass):
     def rewrite(self, n, m, g, ctx):
         if len(n.inputs) != 2:
             return False
-        conv = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "Conv")), None)
+        conv = m.producer_of(n.inputs, "Conv")
         if conv is None or not m.single_use(conv.outputs[0]):
             return False
         cname = m.other_input(n, conv.outputs[0])
@@ -94,7 +94,7 @@ class BatchNormAffineFusion(SweepPass):
     def rewrite(self, n, m, g, ctx):
         if len(n.inputs) != 2:
             return False
-        bn = next((m.producer(x) for x in n.inputs if _is(m.producer(x), "BatchNormalization")), None)
+        bn = m.producer_of(n.inputs, "BatchNormalization")
         if bn is None or len(bn.inputs) != 5 or any(o for o in bn.outputs[1:]) or not m.single_use(bn.outputs[0]):
             return False
         if int(bn.attrs.get("training_mode", 0) or 0) or "spatial" in bn.attrs and not int(bn.attrs["spatial"]):
@@ -203,7 +203,7 @@ class MatMulScaleFoldFusion(SweepPass):
         if len(n.inputs) != 2:
             return False
         cands = [n.inputs[0]] if n.op_type == "Div" else list(n.inputs)
-        mm = next((m.producer(x) for x in cands if _is(m.producer(x), "MatMul")), None)
+        mm = m.producer_of(cands, "MatMul")
         if mm is None or not m.single_use(mm.outputs[0]):
             return False
         cname = m.other_input(n, mm.outputs[0])
