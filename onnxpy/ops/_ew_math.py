@@ -131,8 +131,11 @@ def erf(x: np.ndarray) -> np.ndarray:
     return erf32(x.astype(np.float32)).astype(dt)
 
 
-def _sigmoid_block(x: np.ndarray) -> np.ndarray:
-    y = np.negative(x)
+def sigmoid_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + exp(-x)) in one block, into ``out`` when given (``x`` itself works).  numpy only: importing
+    scipy.special would cost ~0.2 s of session creation.  Sessions run with floating-point warnings off; exp
+    overflow gives the exact limit 0."""
+    y = np.negative(x, out=out)
     np.exp(y, out=y)
     y += 1
     return np.reciprocal(y, out=y)
@@ -141,7 +144,7 @@ def _sigmoid_block(x: np.ndarray) -> np.ndarray:
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """Logistic function of a float32/float64 array, in its type (exp overflow gives the exact limit 0)."""
     with np.errstate(over="ignore"):
-        return blockwise(_sigmoid_block, x)
+        return blockwise(sigmoid_into, x)
 
 
 # --------------------------------------------------------------------------------------------- narrow float -> f32

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _ew_math as _fast
 from .registry import kernel
 
 # --------------------------------------------------------------------------------------------------------------
@@ -30,15 +31,6 @@ _ACT_PARAMS = {
 }
 
 
-def _expit(x, out=None):
-    """Logistic sigmoid (numpy: importing scipy.special would cost ~0.2 s of session creation), into ``out`` when
-    given. Sessions run with floating-point warnings off; exp overflow gives the exact limit 0."""
-    y = np.negative(x, out=out)
-    np.exp(y, out=y)
-    y += 1
-    return np.reciprocal(y, out=y)
-
-
 def _make_act(name: str, alpha: float, beta: float):
     key = name.lower()
     if key == "relu":
@@ -46,7 +38,7 @@ def _make_act(name: str, alpha: float, beta: float):
     if key == "tanh":
         return np.tanh
     if key == "sigmoid":
-        return _expit
+        return _fast.sigmoid_into
     if key == "affine":
         return lambda x: alpha * x + beta
     if key == "leakyrelu":
@@ -460,7 +452,7 @@ def _spec_lstm(consts, kwargs):
     bias.flags.writeable = False
     want_y = _want_y(None, kwargs.get("_output_names"))
     generic = lstm
-    expit = _expit
+    expit = _fast.sigmoid_into
 
     def state(s, Bsz):
         if s is None:
