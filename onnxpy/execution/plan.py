@@ -316,21 +316,13 @@ def graph_free_names(g: Graph) -> list[str]:
     for n in g.nodes:
         for x in n.inputs:
             use(x)
-        for sub in _subgraphs(n):
+        for sub in n.subgraphs():
             for x in graph_free_names(sub):
                 use(x)
         defined.update(o for o in n.outputs if o)
     for o in g.outputs:
         use(o.name)
     return free
-
-
-def _subgraphs(n: Node):
-    for v in n.attrs.values():
-        if isinstance(v, Graph):
-            yield v
-        elif isinstance(v, list) and v and isinstance(v[0], Graph):
-            yield from v
 
 
 def topological_order(g: Graph, available: set) -> list:
@@ -342,7 +334,7 @@ def topological_order(g: Graph, available: set) -> list:
     deps = []
     for n in g.nodes:
         need = {x for x in n.inputs if x}
-        for sub in _subgraphs(n):
+        for sub in n.subgraphs():
             need.update(graph_free_names(sub))
         deps.append(need)
     have = set(available)

@@ -60,6 +60,17 @@ class Node:
     name: str = ""
     doc_string: str = ""
 
+    def subgraphs(self):
+        """The node's graph attributes (If branches, Loop/Scan bodies...) as a list, or () when it has none
+        (checked without a generator: most nodes have none and the optimizer asks for every node)."""
+        subs = None
+        for v in self.attrs.values():
+            if isinstance(v, Graph):
+                (subs := subs or []).append(v)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                (subs := subs or []).extend(v)
+        return subs or ()
+
     def describe(self) -> str:
         dom = self.domain or "ai.onnx"
         return f"{self.op_type} node '{self.name}' (domain {dom})"

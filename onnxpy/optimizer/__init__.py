@@ -89,9 +89,8 @@ class OptContext:
         named = [o for o in outs if o]
         if len(set(named)) != len(named) or any(o.startswith("__in") for o in named):
             return NotImplemented
-        for v in node.attrs.values():
-            if isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph)):
-                return NotImplemented
+        if node.subgraphs():
+            return NotImplemented
         try:
             fn, implicit, _ = self._planner._bind(node)
             if implicit:
@@ -153,17 +152,7 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         ctx = OptContext(model, options)
         ctx.protected = {o.name for o in model.graph.outputs}
         with free_names_memo():
-            for _ in range(MAX_ROUNDS):
-                changed = 0
-                for p in chosen:
-                    n = p.apply(model.graph, ctx)
-                    if n:
-                        forget_free_names()
-                        ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
-                        log.debug("%s applied %d time(s)", p.name, n)
-                    changed += n
-                if not changed:
-                    break
+            _run_passes(model.graph, chosen, ctx)
             inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]
             if inner:
                 _optimize_subgraphs(model.graph, inner, ctx, {})
@@ -191,10 +180,8 @@ def _freeze(g: Graph, user: set) -> None:
                 g.initializers[k] = v
             v.flags.writeable = False
     for n in g.nodes:
-        for v in n.attrs.values():
-            for sub in ([v] if isinstance(v, Graph) else (v if isinstance(v, list) and v and isinstance(v[0], Graph)
-                                                          else [])):
-                _freeze(sub, user)
+        for sub in n.subgraphs():
+            _freeze(sub, user)
 
 
 SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination")
@@ -211,32 +198,36 @@ def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
     consts = dict(outer_consts)
     consts.update({k: v for k, v in g.initializers.items() if k not in inputs})
     for n in g.nodes:
-        for v in n.attrs.values():
-            subs = [v] if isinstance(v, Graph) else (v if isinstance(v, list) and v and isinstance(v[0], Graph) else [])
-            for sub in subs:
-                from ..execution.plan import graph_free_names
+        for sub in n.subgraphs():
+            from ..execution.plan import graph_free_names
 
-                for name in graph_free_names(sub):
-                    val = consts.get(name)
-                    if val is not None and getattr(val, "nbytes", HOIST_LIMIT + 1) <= HOIST_LIMIT:
-                        sub.initializers[name] = val
-                        forget_free_names()
-                saved = ctx.protected
-                ctx.protected = {o.name for o in sub.outputs}
-                try:
-                    for _ in range(MAX_ROUNDS):
-                        changed = 0
-                        for p in passes:
-                            k = p.apply(sub, ctx)
-                            if k:
-                                forget_free_names()
-                                ctx.applied[p.name] = ctx.applied.get(p.name, 0) + k
-                            changed += k
-                        if not changed:
-                            break
-                finally:
-                    ctx.protected = saved
-                _optimize_subgraphs(sub, passes, ctx, consts)
+            for name in graph_free_names(sub):
+                val = consts.get(name)
+                if val is not None and getattr(val, "nbytes", HOIST_LIMIT + 1) <= HOIST_LIMIT:
+                    sub.initializers[name] = val
+                    forget_free_names()
+            saved = ctx.protected
+            ctx.protected = {o.name for o in sub.outputs}
+            try:
+                _run_passes(sub, passes, ctx)
+            finally:
+                ctx.protected = saved
+            _optimize_subgraphs(sub, passes, ctx, consts)
+
+
+def _run_passes(g: Graph, passes, ctx) -> None:
+    """Apply ``passes`` in turn until a round changes nothing (at most MAX_ROUNDS rounds)."""
+    for _ in range(MAX_ROUNDS):
+        changed = 0
+        for p in passes:
+            n = p.apply(g, ctx)
+            if n:
+                forget_free_names()
+                ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
+                log.debug("%s applied %d time(s)", p.name, n)
+            changed += n
+        if not changed:
+            break
 
 
 def _copy_graph(g: Graph) -> Graph:

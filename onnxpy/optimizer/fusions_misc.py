@@ -25,7 +25,7 @@ from .fusions import SweepPass, _is
 from .fusions_const import (BatchNormAffineFusion, ConvAddFusion, ConvInputAffineFusion, ConvMulFusion,
                             MatMulScaleFoldFusion, ShapeFolding)
 from .graph_types import _const, _ints, declared_dims, elem_types, static_shape
-from .graph_utils import graph_output_names, rename_uses, subgraphs
+from .graph_utils import graph_output_names, rename_uses
 from .passes import NONDETERMINISTIC, Pass
 
 _UNARY_ELEMENTWISE = {"Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "LeakyRelu", "Elu",
@@ -273,7 +273,7 @@ class CommonSubexpressionElimination(Pass):
         for n in g.nodes:
             if mapping:
                 n.inputs = [mapping.get(x, x) for x in n.inputs]
-            if n.op_type in NONDETERMINISTIC or any(True for _ in subgraphs(n)) or not n.outputs \
+            if n.op_type in NONDETERMINISTIC or n.subgraphs() or not n.outputs \
                     or n.op_type in ("If", "Loop", "Scan"):
                 keep.append(n)
                 continue
@@ -293,7 +293,7 @@ class CommonSubexpressionElimination(Pass):
         if done:
             g.nodes[:] = keep
             for n in g.nodes:
-                for sub in subgraphs(n):
+                for sub in n.subgraphs():
                     for a, b in mapping.items():
                         rename_uses(sub, a, b)
         return done

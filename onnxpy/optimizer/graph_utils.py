@@ -11,14 +11,6 @@ from contextlib import contextmanager
 from ..ir.model import Graph, Node
 
 
-def subgraphs(n: Node):
-    for v in n.attrs.values():
-        if isinstance(v, Graph):
-            yield v
-        elif isinstance(v, list) and v and isinstance(v[0], Graph):
-            yield from v
-
-
 _memo = threading.local()
 _CHECK_SHARED = bool(os.environ.get("ONNXPY_CHECK_SHARED_MAPS"))
 
@@ -69,7 +61,7 @@ def graph_changed(g: Graph) -> None:
 def _reads(n: Node, ins) -> set:
     names = {x for x in ins if x}
     if n.attrs:
-        for sub in _node_subgraphs(n) or ():
+        for sub in n.subgraphs():
             names |= _free_names(sub)
     return names
 
@@ -207,17 +199,6 @@ def _free_names(g: Graph) -> set:
     return set(hit[1])
 
 
-def _node_subgraphs(n: Node) -> list:
-    """The node's graph attributes (most nodes have none: checked without a generator)."""
-    subs = None
-    for v in n.attrs.values():
-        if isinstance(v, Graph):
-            (subs := subs or []).append(v)
-        elif isinstance(v, list) and v and isinstance(v[0], Graph):
-            (subs := subs or []).extend(v)
-    return subs
-
-
 def use_counts(g: Graph) -> dict:
     """value name -> number of readers (node inputs, subgraph outer-scope reads, graph outputs)."""
     counts: dict = {}
@@ -227,7 +208,7 @@ def use_counts(g: Graph) -> dict:
             if x:
                 counts[x] = get(x, 0) + 1
         if n.attrs:
-            subs = _node_subgraphs(n)
+            subs = n.subgraphs()
             if subs:
                 for sub in subs:
                     for x in _free_names(sub):
@@ -243,7 +224,7 @@ def consumers(g: Graph) -> dict:
     get = out.get
     for n in g.nodes:
         ins = n.inputs
-        subs = _node_subgraphs(n) if n.attrs else None
+        subs = n.subgraphs() if n.attrs else ()
         if subs:
             names = {x for x in ins if x}
             for sub in subs:
@@ -271,7 +252,7 @@ def rename_uses(g: Graph, old: str, new: str) -> None:
     for n in g.nodes:
         if old in n.inputs:
             n.inputs = [new if x == old else x for x in n.inputs]
-        for sub in subgraphs(n):
+        for sub in n.subgraphs():
             local = {v.name for v in sub.inputs} | set(sub.initializers) | {o for m in sub.nodes for o in m.outputs}
             if old not in local:
                 rename_uses(sub, old, new)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.model import Graph, Node, ValueInfo
-from .graph_utils import consumers, graph_output_names, producers, rename_uses, subgraphs, use_counts
+from .graph_utils import consumers, graph_output_names, producers, rename_uses, use_counts
 
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
                     "Multinomial"}
@@ -49,7 +49,7 @@ class ConstantFolding(Pass):
 
     @staticmethod
     def _foldable(n: Node, consts, ctx) -> bool:
-        if n.op_type in NONDETERMINISTIC or n.domain not in ("", "ai.onnx") or any(True for _ in subgraphs(n)):
+        if n.op_type in NONDETERMINISTIC or n.domain not in ("", "ai.onnx") or n.subgraphs():
             return False
         if n.op_type in ("Dropout",) and len(n.outputs) > 1:
             return False
