@@ -111,12 +111,11 @@ def restore(prev) -> None:
 @contextmanager
 def applied(limits: Limits | None):
     """Install ``limits`` on this thread for the duration of the block (nestable)."""
-    prev = getattr(_local, "limits", None)
-    _local.limits = limits
+    prev = install(limits)
     try:
         yield
     finally:
-        _local.limits = prev
+        restore(prev)
 
 
 def max_tensor_bytes() -> int | None:
