@@ -231,3 +231,73 @@ def test_fp16_weight_f32_copy_cache():
     del w
     gc.collect()
     assert key not in linalg._F32_COPIES
+
+
+def _ref_conv1d(x, w, b, pb, pe, stride):
+    """Direct float64 formula for 1-D convolution (group 1, no dilation)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pb, pe)))
+    K = w.shape[2]
+    O = (xp.shape[2] - K) // stride + 1
+    out = np.zeros((x.shape[0], w.shape[0], O))
+    for k in range(K):
+        out += np.einsum("mc,nco->nmo", w[:, :, k], xp[:, :, k:k + (O - 1) * stride + 1:stride])
+    return out if b is None else out + b.reshape(1, -1, 1)
+
+
+@pytest.mark.parametrize("N,C,L,M,K,stride,pads,auto_pad,bias", [
+    (1, 1, 576, 258, 256, 128, (0, 0), "NOTSET", False),  # silero's STFT basis
+    (1, 129, 3, 128, 3, 1, (1, 1), "NOTSET", True),
+    (1, 128, 3, 64, 3, 2, (1, 1), "NOTSET", True),
+    (3, 4, 9, 5, 4, 3, (2, 0), "NOTSET", True),
+    (2, 6, 11, 3, 3, 2, (0, 0), "SAME_UPPER", False),
+    (2, 6, 10, 3, 4, 1, (0, 0), "SAME_LOWER", True),
+    (1, 8, 5, 4, 1, 1, (0, 0), "VALID", True),
+    (1, 16, 4000, 8, 5, 1, (2, 2), "NOTSET", True),  # too big for the gather: the slice-copy path
+])
+def test_conv1d_plan_time_path(N, C, L, M, K, stride, pads, auto_pad, bias):
+    """Constant 1-D filters are planned once (a gather index per input shape); the result matches the direct
+    formula and onnxruntime, also for a second input length and batch size through the same session."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((M, C, K)).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32) if bias else None
+    attrs = {"strides": [stride], "auto_pad": auto_pad}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = list(pads)
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if bias else [])
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", C, "l"])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    sess = onnxpy.InferenceSession(model)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for n, length in ((N, L), (N + 1, L + 3), (N, L)):
+        x = rng.standard_normal((n, C, length)).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        want = ref.run(None, {"x": x})[0]
+        assert got.shape == want.shape and got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if auto_pad == "NOTSET":
+            np.testing.assert_allclose(got, _ref_conv1d(x, w, b, pads[0], pads[1], stride), rtol=1e-4, atol=1e-4)
+    with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.InvalidArgument, match="x"):
+        sess.run(None, {"x": np.zeros((N, C + 1, L), np.float32)})
+
+
+def test_conv_activation_fused_inside_if_branch():
+    """Conv -> Relu inside an If branch (weights are branch initializers) becomes FusedConv, as in the main graph."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    branch = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1]), helper.make_node("Relu", ["c"], ["r"])],
+        "then", [], [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["i"])], "else", [],
+                              [helper.make_tensor_value_info("i", TensorProto.FLOAT, None)])
+    model = _model([helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)],
+                   [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                    helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 7])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    sess, got, want = _both(model, {"cond": np.array(True), "x": rng.standard_normal((1, 3, 7)).astype(np.float32)})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert (got[0] >= 0).all()
+    then = sess._state.plan.graph.nodes[0].attrs["then_branch"]
+    assert [n.op_type for n in then.nodes] == ["FusedConv"]

@@ -370,6 +370,7 @@ def _fused_conv_specialize(consts, kwargs):
         return None  # the generic kernel reports it
     generic = fused_conv
     W = consts[1]
+    relu = activation == "Relu"
 
     def run(X, Wr, B=None, Z=None):
         if type(X) is not np.ndarray or X.dtype != W.dtype:
@@ -377,6 +378,8 @@ def _fused_conv_specialize(consts, kwargs):
         y = fast(X, Wr, B) if B is not None else fast(X, Wr)
         if not y.flags.writeable:
             y = np.array(y, copy=True)
+        if relu and Z is None:
+            return np.maximum(y, 0, out=y)
         return _fused_conv_tail(y, Z, X.dtype, activation, params)
 
     return run

@@ -687,6 +687,8 @@ def _spec_conv(consts, kwargs):
         return None
     W = consts[1]
     B = consts[2] if len(consts) > 2 else None
+    if type(W) is np.ndarray and W.ndim == 3:
+        return _spec_conv1d(W, B, kwargs)
     if (type(W) is not np.ndarray or W.ndim != 4 or W.dtype not in (_F32, _F64) or B is NOT_CONST
             or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
         return None
@@ -742,6 +744,78 @@ def _spec_conv(consts, kwargs):
 
 
 conv.specialize = _spec_conv
+
+# Column matrices of the plan-time 1-D path up to this many elements are gathered with one precomputed index
+# (small convolutions: streaming audio models run them on a few frames, where argument handling and the slice
+# copies cost more than the GEMM); larger ones take the slice-copy path of ``_conv1d_small``.
+_CONV1D_GATHER_MAX = 1 << 16
+
+
+def _spec_conv1d(W, B, kwargs):
+    """Plan-time form of :func:`conv` for a constant 3-D float weight, group 1, no dilation (and a constant or
+    absent bias): per input shape, the column matrix (the bias row of ones included) is one gather from the input
+    with two elements appended (a 0 that padding taps read and a 1), then one GEMM with the bias-extended filter."""
+    if (W.dtype not in (_F32, _F64) or B is NOT_CONST or int(kwargs.get("group", 1)) != 1
+            or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
+        return None
+    M, C, K = W.shape
+    auto_pad = kwargs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    kernel_shape, pads = kwargs.get("kernel_shape"), kwargs.get("pads")
+    if kernel_shape and list(kernel_shape) != [K] or M == 0 or C == 0 or K == 0:
+        return None
+    st = spatial_attr(kwargs.get("strides"), 1, 1, "Conv", "strides")
+    dl = spatial_attr(kwargs.get("dilations"), 1, 1, "Conv", "dilations")
+    if st[0] < 1 or dl != [1]:
+        return None
+    dt = W.dtype
+    wb = np.empty((M, C * K + 1), dt)  # the filter with the bias as a last column
+    wb[:, :-1] = W.reshape(M, C * K)
+    wb[:, -1] = 0 if B is None else B.reshape(-1)
+    wb.flags.writeable = False
+    generic = functools.partial(conv, **kwargs)
+    plans: dict = {}
+
+    def plan(shape):
+        """(gather index, tail) for input shape (N, C, L), or False when the gather path does not apply."""
+        N, _, L = shape
+        pb, pe = conv_pads(auto_pad, pads, (L,), [K], st, dl, "Conv")
+        Lp = L + pb[0] + pe[0]
+        if min(pb[0], pe[0]) < 0 or Lp < K or N == 0:
+            return False
+        O = (Lp - K) // st[0] + 1
+        if (C * K + 1) * O > _CONV1D_GATHER_MAX:
+            return False
+        # input position of tap k of output o, per channel; positions outside the input read the appended 0
+        pos = np.arange(O)[None, :] * st[0] + np.arange(K)[:, None] - pb[0]  # (K, O)
+        inside = (pos >= 0) & (pos < L)
+        idx = np.empty((C * K + 1, O), np.intp)
+        idx[:-1] = np.where(inside[None], np.arange(C)[:, None, None] * L + pos[None], C * L).reshape(C * K, O)
+        idx[-1] = C * L + 1  # the appended 1: the bias row
+        tail = np.zeros((N, 2), dt)
+        tail[:, 1] = 1
+        return idx, tail
+
+    def run(X, *rest):
+        if type(X) is not np.ndarray or X.dtype != dt or X.ndim != 3 or X.shape[1] != C or (rest and (
+                rest[0] is not W or len(rest) > 1 and rest[1] is not B)):
+            return generic(X, *rest)
+        shape = X.shape
+        p = plans.get(shape)
+        if p is None:
+            p = plan(shape)
+            if len(plans) < 64:
+                plans[shape] = p
+        if p is False:
+            return generic(X, *rest)
+        idx, tail = p
+        N = shape[0]
+        ext = np.concatenate((X.reshape(N, -1), tail), axis=1)
+        if N == 1:
+            return np.matmul(wb, ext.take(idx)).reshape(1, M, idx.shape[1])
+        return np.matmul(wb, ext[:, idx])
+
+    return run
 
 
 def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):

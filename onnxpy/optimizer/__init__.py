@@ -184,7 +184,7 @@ def _freeze(g: Graph, user: set) -> None:
             _freeze(sub, user)
 
 
-SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination")
+SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination", "ConvActivationFusion")
 HOIST_LIMIT = 1 << 20  # bytes: outer-scope constants up to this size are copied into a subgraph for folding
 
 

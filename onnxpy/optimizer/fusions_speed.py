@@ -64,7 +64,8 @@ class ConvActivationFusion(SweepPass):
         conv = m.producer(act.inputs[0])
         if not _is(conv, "Conv") or len(conv.outputs) != 1 or not m.single_use(conv.outputs[0]):
             return False
-        if types.get(conv.inputs[0]) != _FLOAT and types.get(conv.outputs[0]) != _FLOAT:
+        if _FLOAT not in (types.get(conv.inputs[0]), types.get(conv.outputs[0]),
+                          types.get(conv.inputs[1]) if len(conv.inputs) > 1 else None):  # (X and W share a type)
             return False
         spec = _activation(g, act, opset)
         if spec is None:
