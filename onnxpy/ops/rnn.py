@@ -450,6 +450,17 @@ def _spec_lstm(consts, kwargs):
     Wt, Rt = WR[:I], WR[I:]
     bias = np.zeros(H4, ct) if B is None else (B[0, :H4].astype(ct) + B[0, H4:].astype(ct))
     bias.flags.writeable = False
+    WRb = np.concatenate((WR, bias[None]))  # [W R b]^T: the bias rides on a column of ones
+    WRb.flags.writeable = False
+    ones: dict = {}
+
+    def _ones(Bsz):
+        o = np.ones((Bsz, 1), ct)
+        o.flags.writeable = False
+        if len(ones) < 16:
+            ones[Bsz] = o
+        return o
+
     want_y = _want_y(None, kwargs.get("_output_names"))
     generic = lstm
     expit = _fast.sigmoid_into
@@ -473,13 +484,12 @@ def _spec_lstm(consts, kwargs):
             return generic(X, *args, **kwargs)
         Xc = X.astype(ct, copy=False)
         od = X.dtype
-        if T == 1:  # one step: a single product of [x h] with the stacked weights
-            g = np.concatenate((Xc[0], h), axis=1) @ WR
-            g += bias
+        if T == 1:  # one step: a single product of [x h 1] with the stacked weights and the bias
+            g = np.concatenate((Xc[0], h, ones[Bsz] if Bsz in ones else _ones(Bsz)), axis=1) @ WRb
             h, c = _lstm_cell(g, c, H, expit)
-            # fresh arrays; Y_h gets its own copy so that no two outputs share memory
-            Yh = h.reshape(1, Bsz, H).astype(od)
+            # fresh arrays; with Y asked for too, Y_h gets its own copy so that no two outputs share memory
             Y = h.reshape(1, 1, Bsz, H).astype(od, copy=False) if want_y else None
+            Yh = h.reshape(1, Bsz, H).astype(od, copy=Y is not None)
             return Y, Yh, c.reshape(1, Bsz, H).astype(od, copy=False)
         Y = np.empty((T, 1, Bsz, H), ct) if want_y else None
         xw = (Xc.reshape(T * Bsz, I) @ Wt).reshape(T, Bsz, H4)
