@@ -158,6 +158,8 @@ def optimize(model: Model, options, kwargs=None) -> Model:
                 _optimize_subgraphs(model.graph, inner, ctx, {})
         model.applied_passes = dict(ctx.applied)
     user = {id(ov._value) for ov in getattr(options, "_initializers", {}).values()} if options is not None else set()
+    if chosen and level >= 99:
+        _fortran_weights(model.graph, user)
     _freeze(model.graph, user)
     path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
     if path:
@@ -167,6 +169,36 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         ext_name = options._config.get("session.optimized_model_external_initializers_file_name")
         save_model(model, path, int(min_size) if min_size else (1024 if ext_name else None), ext_name)
     return model
+
+
+_FORTRAN_READERS = frozenset({("ai.onnxpy", "MatMulBias"), ("ai.onnxpy", "MatMulBiasGelu")})
+_FORTRAN_MIN = 1 << 16  # elements
+
+
+def _fortran_weights(g: Graph, user: set) -> None:
+    """Level 99 layout (like onnxruntime's weight pre-packing at that level): a large 2-D float weight that only
+    MatMulBias / MatMulBiasGelu / Gemm (transB=0) read, as their B, is stored in Fortran order -- the same values,
+    in the layout whose transpose is C-contiguous, which their GEMMs run fastest (ops/linalg.py ``matmul_w``).  The
+    array replaces the original, so memory does not grow; weights a feed may override, graph outputs and values
+    that subgraphs read keep their layout."""
+    from ..execution.plan import graph_free_names
+
+    readers: dict = {}
+    inner: set = set()
+    for n in g.nodes:
+        for i, name in enumerate(n.inputs):
+            readers.setdefault(name, []).append((n, i))
+        for sub in n.subgraphs():
+            inner.update(graph_free_names(sub))
+    skip = inner | {v.name for v in g.inputs} | {v.name for v in g.outputs}
+    for name, arr in list(g.initializers.items()):
+        if (type(arr) is not np.ndarray or arr.ndim != 2 or arr.size < _FORTRAN_MIN or arr.flags.f_contiguous
+                or arr.dtype.kind != "f" or name in skip or id(arr) in user):
+            continue
+        rs = readers.get(name)
+        if rs and all(i == 1 and ((n.domain, n.op_type) in _FORTRAN_READERS or n.op_type == "Gemm" and n.domain in (
+                "", "ai.onnx") and not n.attrs.get("transB", 0)) for n, i in rs):
+            g.initializers[name] = np.asfortranarray(arr)
 
 
 def _freeze(g: Graph, user: set) -> None:

@@ -342,34 +342,36 @@ def test_saved_model_leaves_matmul_fusions_out(tmp_path):
     assert "MatMulBiasGelu" in _op_types(s2)
 
 
-# ------------------------------------------------------------------ transposed (Fortran-order) constant weights
-def test_transposed_weight_layout_and_guards(monkeypatch):
-    assert linalg.transposed_weight(np.ones((300, 260), np.float32)).flags.c_contiguous  # off by default (memory)
-    monkeypatch.setattr(linalg, "_TRANSPOSED_WEIGHTS", True)
-    w = _rng(1).standard_normal((300, 260)).astype(np.float32)
-    wf = linalg.transposed_weight(w)
-    assert wf.flags.f_contiguous and not wf.flags.writeable and np.array_equal(wf, w)
-    small = np.ones((8, 8), np.float32)
-    assert linalg.transposed_weight(small) is small
-    assert linalg.transposed_weight(wf) is wf  # already in that layout: no copy
-    a = _rng(2).standard_normal((5, 7, 300)).astype(np.float32)
-    np.testing.assert_allclose(a @ wf, a @ w, rtol=1e-5, atol=1e-4)
+# ------------------------------------------------------------------ Fortran-ordered constant weights (level 99)
+@pytest.mark.parametrize("m,k,n", [(128, 300, 260), (1, 300, 260), (5, 64, 2000), (7, 40, 3)])
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matmul_w_layouts(m, k, n, layout, bias):
+    """matmul_w gives a fresh C-contiguous a @ w (+ c) for either weight layout and every width."""
+    rng = _rng(1)
+    w = np.asarray(rng.standard_normal((k, n)).astype(np.float32), order=layout)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32) if bias else None
+    got = linalg.matmul_w(a, w, c)
+    want = a.astype(np.float64) @ w.astype(np.float64) + (0 if c is None else c)
+    assert got.flags.c_contiguous and got.flags.writeable and got.shape == (m, n) and got.dtype == np.float32
+    assert not np.shares_memory(got, a) and not np.shares_memory(got, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("a_shape", [(128, 300), (2, 9, 300), (1, 300)])
-@pytest.mark.parametrize("layout", [False, True])
-def test_specialized_matmul_bias_and_gelu_transposed_weights(dtype, a_shape, layout, monkeypatch):
-    monkeypatch.setattr(linalg, "_TRANSPOSED_WEIGHTS", layout)
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_specialized_matmul_bias_and_gelu_weight_layouts(dtype, a_shape, layout):
     rng = _rng(3)
-    w = rng.standard_normal((300, 260)).astype(dtype) * dtype(0.05)
+    w = np.asarray(rng.standard_normal((300, 260)).astype(dtype) * dtype(0.05), order=layout)
     w.flags.writeable = False
     c = rng.standard_normal(260).astype(dtype)
     a = rng.standard_normal(a_shape).astype(dtype)
     run = linalg.matmul_bias.specialize((NOT_CONST, w, c), {})
     tol = 2e-3 if dtype == np.float16 else 1e-5
     got = run(a, w, c)
-    assert got.dtype == np.dtype(dtype)
+    assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
     np.testing.assert_allclose(got.astype(np.float64), linalg.matmul_bias(a, w, c).astype(np.float64), rtol=tol,
                                atol=tol)
     run_g = cf.matmul_bias_gelu.specialize((NOT_CONST, w, c), {})
@@ -381,6 +383,48 @@ def test_specialized_matmul_bias_and_gelu_transposed_weights(dtype, a_shape, lay
     # another dtype than the weight's goes to the generic kernel (and its error)
     with pytest.raises(TypeError):
         run(a.astype(np.int32), w, c)
+
+
+def _linear_model(shared: bool, as_input: bool):
+    """x @ W1 + b1 -> (Gelu-free) -> @ W2 + b2 [-> + x @ W1 when ``shared``: W1 also read by a plain MatMul]."""
+    rng = _rng(5)
+    w1 = (rng.standard_normal((384, 384)) * 0.05).astype(np.float32)
+    w2 = (rng.standard_normal((384, 256)) * 0.05).astype(np.float32)
+    b1 = rng.standard_normal(384).astype(np.float32)
+    b2 = rng.standard_normal(256).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["h"]),
+             helper.make_node("Gemm", ["h", "W2", "b2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if shared:
+        nodes.append(helper.make_node("MatMul", ["h", "W1"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "W1"), (w2, "W2"), (b1, "b1"), (b2, "b2"))]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 384])]
+    if as_input:
+        ins.append(helper.make_tensor_value_info("W2", TensorProto.FLOAT, [384, 256]))
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("shared,as_input", [(False, False), (True, False), (False, True)])
+def test_level99_fortran_weights(shared, as_input):
+    """At level 99 the weights only MatMulBias / Gemm(transB=0) read are kept in Fortran order (same values); a weight
+    another op also reads, or one a feed may override, keeps its layout; results match onnxruntime."""
+    model = _linear_model(shared, as_input)
+    x = _rng(6).standard_normal((128, 384)).astype(np.float32)
+    sess = onnxpy.InferenceSession(model)
+    inits = sess._state.plan.graph.initializers
+    assert inits["W1"].flags.f_contiguous is not shared
+    assert inits["W2"].flags.f_contiguous is not as_input
+    want = _ort(model, {"x": x})
+    for got, exp in zip(sess.run(None, {"x": x}), want):
+        assert got.flags.c_contiguous
+        np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-4)
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    plain = onnxpy.InferenceSession(model, so)
+    assert not any(a.flags.f_contiguous and not a.flags.c_contiguous
+                   for a in plain._state.plan.graph.initializers.values())
 
 
 def _gemm_model(m, k, n, trans_a, trans_b, alpha, beta, with_c, dtype, opset):
@@ -412,15 +456,12 @@ def test_gemm_constant_b_specialized_vs_ort(trans_a, trans_b, alpha, beta, with_
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
-def test_gemm_specialize_guards():
-    w = np.ones((300, 260), np.float32)
-    assert linalg.gemm_11.specialize((NOT_CONST, NOT_CONST, None), {}) is None
-    assert linalg.gemm_11.specialize((NOT_CONST, np.ones((4, 4), np.float32), None), {}) is None  # small
-    assert linalg.gemm_11.specialize((NOT_CONST, w.astype(np.float16), None), {}) is None
-    run = linalg.gemm_11.specialize((NOT_CONST, w, None), {"transB": 1})
+def test_gemm_errors_with_constant_b():
+    """Gemm with a constant B (the transposed-B product path) still reports bad inputs like the generic kernel."""
+    model, _ = _gemm_model(4, 260, 300, 0, 1, 1.0, 1.0, False, np.float32, 13)
+    sess = onnxpy.InferenceSession(model.SerializeToString())
+    with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.InvalidArgument):
+        sess.run(None, {"A": np.ones((4, 7), np.float32)})
     a = _rng(5).standard_normal((4, 260)).astype(np.float32)
-    np.testing.assert_allclose(run(a, w, None), a @ w.T, rtol=1e-5)
-    with pytest.raises(TypeError):
-        run(a.astype(np.float64), w, None)  # mixed types: the generic kernel's error
-    with pytest.raises(ValueError):
-        run(np.ones((4, 7), np.float32), w, None)
+    b = numpy_helper.to_array(model.graph.initializer[0])
+    np.testing.assert_allclose(sess.run(None, {"A": a})[0], a @ b.T, rtol=1e-4, atol=1e-4)
