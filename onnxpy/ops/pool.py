@@ -284,7 +284,11 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
         return _maxpool_indices(X, ks, st, dl, pb, pe, out, int(storage_order))
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
-    x = X.astype(np.float32) if str(X.dtype) == "bfloat16" else X
+    x = X if X.dtype.kind in "fiu" else X.astype(np.float32)  # bfloat16
+    if _FLAT_POOL and _flat_ok(x.shape[2:], ks, st, dl, pb, pe, out):
+        with np.errstate(invalid="ignore"):  # (the second pass also reads positions the first left undefined)
+            res = _pool2d_s1(x, ks, dl, pb, out, np.maximum)
+        return res.astype(X.dtype, copy=False)
     if (_MAXPOOL_W3S2 and len(ks) == 2 and ks[1] == 3 and st[1] == 2 and dl[0] == dl[1] == 1 and pb[1] <= 1
             and 2 * out[1] <= x.shape[3]):
         return _max_pool_w3s2(x, ks[0], st[0], pb[0], pb[1], out).astype(X.dtype, copy=False)
@@ -347,6 +351,119 @@ def _max_pool_w3s2(x, kh, sh, ph, pw, out):
     return res
 
 
+# Stride-1 2-D pooling runs as flat passes (``_pool2d_s1``) when the windows leave the plane at few positions.
+_FLAT_POOL = True  # test hook: the flat path on/off
+# Channel blocks of ``_pool2d_s1`` hold about this many bytes of input, so the intermediates stay in cache.
+_FLAT_BLOCK_BYTES = 1 << 19
+
+
+def _flat_ok(in_shape, ks, st, dl, pb, pe, out):
+    """Whether ``_pool2d_s1`` takes a pooling: 2-D, stride 1, pads >= 0, no output position past the input (Ho <=
+    H, Wo <= W: every window holds an input tap) and windows narrower than half the plane (each edge position is
+    rewritten by its own numpy calls)."""
+    return (len(ks) == 2 and st == [1, 1] and min(pb + pe) >= 0 and out[0] <= in_shape[0] and out[1] <= in_shape[1]
+            and all(2 * (k - 1) * d < n for k, d, n in zip(ks, dl, in_shape)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pass_plan(k, d, p, L, lo):
+    """How ``_axis_pass`` pools an axis of length L (k taps, stride 1, dilation d, begin pad p) to the positions
+    j < lo: (offsets, cut, edges).  Tap t of position j reads index j + offsets[t]; ``cut``: the flat positions
+    [cut[0], M - cut[1]) whose every tap lies inside the flattened array; ``edges``: (j, in-range indices) for each
+    position whose window leaves [0, L) (it still holds an input tap, ``_flat_ok``)."""
+    offs = tuple(t * d - p for t in range(k))
+    edges = tuple((j, tuple(j + o for o in offs if 0 <= j + o < L)) for j in range(lo)
+                  if j + offs[0] < 0 or j + offs[-1] >= L)
+    return offs, (max(0, -offs[0]), max(0, offs[-1])), edges
+
+
+def _axis_pass(src, plan, op, out):
+    """Pool axis 1 of src (R, L, B) into ``out`` (R, L, B), both C-contiguous, following ``plan`` (``_pass_plan``):
+    positions j < lo get op over the in-range taps src[:, j + t*d - p]; the others are left undefined.
+
+    Every tap is a shifted view of the flattened array, so each numpy call is one contiguous loop over the whole
+    block, where strided views of the planes make numpy loop (and buffer) row by row.  Rows run on into the next
+    row in the flat views, so the positions whose window leaves [0, L) are rewritten afterwards."""
+    offs, cut, edges = plan
+    B = src.shape[2]
+    M = out.size // B
+    flat = src.reshape(M, B)
+    a, b = cut[0], M - cut[1]  # (a < b: the window spans less than a row, ``_flat_ok``)
+    _combine([flat[a + o:b + o] for o in offs], out.reshape(M, B)[a:b], op)
+    for j, idx in edges:
+        if len(idx) == 1:
+            _copy_rows(out[:, j], src[:, idx[0]])
+        else:
+            _combine([src[:, c] for c in idx], out[:, j], op)
+    return out
+
+
+def _combine(views, out, op):
+    """out = op over views (one or more)."""
+    if len(views) == 1:
+        np.copyto(out, views[0])
+    else:
+        op(views[0], views[1], out=out)
+        for v in views[2:]:
+            op(out, v, out=out)
+
+
+@functools.cache
+def _row_dtype(nbytes):
+    """An opaque element of ``nbytes`` bytes (one row for ``_copy_rows``)."""
+    return np.dtype((np.void, nbytes))
+
+
+def _copy_rows(dst, src):
+    """dst[...] = src for arrays whose last axis is contiguous, each row copied as one opaque element: numpy's copy
+    loop otherwise runs once per row, which costs ~2x on rows of a few elements."""
+    row = _row_dtype(dst.shape[-1] * dst.itemsize)
+    np.copyto(dst.view(row), src.view(row))
+
+
+def _flat_block(shape, dtype):
+    """Channels per block of ``_pool2d_s1``."""
+    return min(shape[0] * shape[1], max(1, _FLAT_BLOCK_BYTES // max(1, shape[2] * shape[3] * dtype.itemsize)))
+
+
+def _pool2d_s1(x, ks, dl, pb, out, op, div=None):
+    """Stride-1 2-D max or sum pooling (``op`` np.maximum or np.add), then divided by ``div`` (None, a number or
+    ``_avg_divisor``'s counts), as two ``_axis_pass`` passes (along W, then along H) over channel blocks; for
+    'same' pooling the second pass writes the result, otherwise the first Ho x Wo of each plane are copied out."""
+    N, C, H, W = x.shape
+    (kh, kw), (dh, dw), (ph, pw), (Ho, Wo) = ks, dl, pb, out
+    R = N * C
+    x3 = np.ascontiguousarray(x).reshape(R, H, W)
+    res = np.empty((R, Ho, Wo), dtype=x.dtype)
+    n_blk = _flat_block(x.shape, x.dtype)
+    plan_w, plan_h = _pass_plan(kw, dw, pw, W, Wo), _pass_plan(kh, dh, ph, H, Ho)
+    same = Ho == H and Wo == W
+    mid = np.empty(n_blk * H * W, dtype=x.dtype)
+    last = None if same else np.empty(n_blk * H * W, dtype=x.dtype)
+    for r0 in range(0, R, n_blk):
+        xb, rb = x3[r0:r0 + n_blk], res[r0:r0 + n_blk]
+        n = xb.shape[0]
+        a = _axis_pass(xb.reshape(n * H, W, 1), plan_w, op, mid[:n * H * W].reshape(n * H, W, 1))
+        v = _axis_pass(a.reshape(n, H, W), plan_h, op, rb if same else last[:n * H * W].reshape(n, H, W))
+        if not same:
+            _copy_rows(rb, v[:, :Ho, :Wo])
+        if div is not None:
+            np.divide(rb, div if np.ndim(div) == 0 else div[:rb.size].reshape(rb.shape), out=rb)
+    return res.reshape(N, C, Ho, Wo)
+
+
+@functools.lru_cache(maxsize=32)
+def _avg_divisor(in_shape, ks, st, dl, pb, pe, out, include_pad, dtype, n_blk):
+    """AveragePool's divisor for ``_pool2d_s1``: the window count when all are equal, else the counts repeated over
+    a block of n_blk channels (flat, so the division is one contiguous loop)."""
+    cnt = _counts(in_shape, ks, st, dl, pb, pe, out, include_pad, np.dtype(dtype)).reshape(-1)
+    if (cnt == cnt[0]).all():
+        return cnt[0]
+    tiled = np.tile(cnt, n_blk)
+    tiled.flags.writeable = False
+    return tiled
+
+
 def _float_input(X, op):
     if X.dtype.kind != "f" and str(X.dtype) != "bfloat16":
         raise TypeError(f"{op}: input must be a float tensor, got {X.dtype}")
@@ -361,6 +478,12 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     x = _float_input(X, op)
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    if _FLAT_POOL and max(ks) <= 3 and _flat_ok(X.shape[2:], ks, st, dl, pb, pe, out):  # larger: the GEMMs win
+        div = _avg_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
+                           bool(count_include_pad), x.dtype.str, _flat_block(x.shape, x.dtype))
+        # (edge positions combine neighbouring rows before they are rewritten; undefined positions are read too)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return _pool2d_s1(x, ks, dl, pb, out, np.add, div).astype(X.dtype, copy=False)
     if (len(ks) == 2 and X.shape[2] <= _AVG_GEMM_RATIO * ks[0] and X.shape[3] <= _AVG_GEMM_RATIO * ks[1]
             and prod(out) > 0):
         res = _avg_pool2d_gemm(x, ks, st, dl, pb, pe, out, bool(count_include_pad))
