@@ -465,3 +465,18 @@ def test_gemm_errors_with_constant_b():
     a = _rng(5).standard_normal((4, 260)).astype(np.float32)
     b = numpy_helper.to_array(model.graph.initializer[0])
     np.testing.assert_allclose(sess.run(None, {"A": a})[0], a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def test_level99_fortran_weights_replace_the_shared_original():
+    """The optimizer's copy of the graph shares arrays with the loaded model: the Fortran-ordered weight replaces the
+    original in both, so no second copy of a weight stays alive while the session is built."""
+    from onnxpy.ir.load import load_model
+    from onnxpy.optimizer import optimize
+
+    model = load_model(_linear_model(False, False))
+    before = model.graph.initializers["W1"]
+    opt = optimize(model, onnxpy.SessionOptions())
+    after = opt.graph.initializers["W1"]
+    assert after.flags.f_contiguous and np.array_equal(after, before)
+    # the loaded model now holds the same memory (equal values: its content is unchanged), not the original
+    assert np.shares_memory(model.graph.initializers["W1"], after) and not np.shares_memory(before, after)
