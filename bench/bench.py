@@ -1,6 +1,6 @@
 """Side-by-side benchmark: onnxpy vs onnxruntime (and onnx's reference evaluator) on the corpus models.
 
-    python bench/bench.py [--only REGEX] [--runs N] [--reference] [--threads N] [--level N]
+    python bench/bench.py [--only REGEX] [--runs N] [--repeat N] [--reference] [--threads N] [--level N]
 
 Each (model, runtime) pair runs in its own child process (so peak RSS is per runtime), on the same inputs:
 session creation is timed, then a warm-up run, then N timed runs (median reported).  The parent prints one row per
@@ -99,6 +99,17 @@ def _max_rel(a_path, b_path) -> float | None:
     return worst
 
 
+def _best(old: dict | None, new: dict) -> dict:
+    """The repeat with the lower median (its runs and peak RSS), with the lowest session creation of the two."""
+    if old is None or "median_ms" not in old:
+        return new
+    if "median_ms" not in new:
+        return old
+    best = dict(old if old["median_ms"] <= new["median_ms"] else new)
+    best["create_ms"] = min(old["create_ms"], new["create_ms"])
+    return best
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="regex on model names")
@@ -109,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--level", type=int, default=99, help="graph optimization level for both runtimes")
     ap.add_argument("--reference", action="store_true", help="also time onnx's reference evaluator")
     ap.add_argument("--cache", default=None, help="corpus cache folder")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each (model, runtime) child this many times, the runtimes alternating, and keep each "
+                         "runtime's fastest median and session creation (for machines whose speed drifts)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--child", nargs=8, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -144,8 +158,9 @@ def main(argv=None) -> int:
             fp = os.path.join(tmp, f"{e.name}_feeds.npz")
             np.savez(fp, **feeds)
             res = {}
-            for rt in runtimes:
-                res[rt] = _spawn(rt, path, fp, os.path.join(tmp, f"{e.name}_{rt}.npz"), args)
+            for _ in range(max(1, args.repeat)):
+                for rt in runtimes:
+                    res[rt] = _best(res.get(rt), _spawn(rt, path, fp, os.path.join(tmp, f"{e.name}_{rt}.npz"), args))
             py, ort = res["onnxpy"], res["onnxruntime"]
             ref = res.get("reference", {})
             ratio = py["median_ms"] / ort["median_ms"] if "median_ms" in py and "median_ms" in ort else None
