@@ -29,7 +29,7 @@ FILES = {
     'image_decoder.py': 1078483202,
     'indexing.py': 115352084,
     'internal.py': 2813173927,
-    'linalg.py': 2462532973,
+    'linalg.py': 1072519733,
     'loss.py': 270634760,
     'ml_linear.py': 1788275173,
     'ml_preprocess.py': 4190263144,

@@ -239,10 +239,13 @@ def _gemm(A, B, C, alpha, beta, transA, transB):
             c = c.astype(_F32)
         if beta != 1.0:
             c = (c * beta).astype(dt) if is_int else c * c.dtype.type(beta)
-        try:
-            ok = np.broadcast_shapes(c.shape, y.shape) == y.shape
-        except ValueError:
-            ok = False
+        if c.shape == y.shape or c.ndim <= 1 and c.size in (1, y.shape[1]):  # (the usual biases, checked cheaply)
+            ok = True
+        else:
+            try:
+                ok = np.broadcast_shapes(c.shape, y.shape) == y.shape
+            except ValueError:
+                ok = False
         if not ok:
             raise ValueError(f"Gemm: C of shape {c.shape} cannot be broadcast to the output shape {y.shape}")
         y += c
