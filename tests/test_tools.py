@@ -511,3 +511,21 @@ def test_session_creation_wiring(log_messages):
     del log_messages[:]
     ort.InferenceSession(_identity_model(), so)
     assert not [m for s, *_, m in log_messages if s < 3]
+
+
+def test_corpus_bench_repeat_keeps_each_runtimes_fastest():
+    """bench/bench.py --repeat: per runtime, the repeat with the lower median (its RSS with it) and the lowest
+    session creation; a failed repeat never replaces a measured one."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "bench.py")
+    spec = importlib.util.spec_from_file_location("corpus_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = {"median_ms": 5.0, "create_ms": 90.0, "peak_rss_mb": 100.0, "runs": 20}
+    b = {"median_ms": 4.0, "create_ms": 120.0, "peak_rss_mb": 110.0, "runs": 20}
+    best = mod._best(mod._best(None, a), b)
+    assert best == {"median_ms": 4.0, "create_ms": 90.0, "peak_rss_mb": 110.0, "runs": 20}
+    assert mod._best(best, {"error": "timeout"}) == best
+    assert mod._best({"error": "timeout"}, a) == a
