@@ -18,7 +18,7 @@ import logging
 import numpy as np
 
 from ..ir.model import Graph, Model
-from .graph_utils import forget_free_names, free_names_memo
+from .graph_utils import consumers, forget_free_names, free_names_memo
 from .passes import BASIC_PASSES
 
 log = logging.getLogger("onnxpy.optimizer")
@@ -183,24 +183,17 @@ def _fortran_weights(g: Graph, user: set, source: Graph) -> None:
     array replaces the original -- in the unoptimized ``source`` graph too, which shares it (equal values, so
     nothing observable changes there) -- so memory does not grow; weights a feed may override, graph outputs and
     values that subgraphs read keep their layout."""
-    from ..execution.plan import graph_free_names
-
-    readers: dict = {}
-    inner: set = set()
-    for n in g.nodes:
-        for i, name in enumerate(n.inputs):
-            readers.setdefault(name, []).append((n, i))
-        for sub in n.subgraphs():
-            inner.update(graph_free_names(sub))
-    skip = inner | {v.name for v in g.inputs} | {v.name for v in g.outputs}
+    readers = consumers(g)  # (a value a subgraph reads counts as read by the If/Loop/Scan node: not eligible)
+    skip = {v.name for v in g.inputs} | {v.name for v in g.outputs}
     for name in list(g.initializers):  # (names only: a list of the arrays would keep every original alive)
         arr = g.initializers[name]
         if (type(arr) is not np.ndarray or arr.ndim != 2 or arr.size < _FORTRAN_MIN or arr.flags.f_contiguous
                 or arr.dtype.kind != "f" or name in skip or id(arr) in user):
             continue
         rs = readers.get(name)
-        if rs and all(i == 1 and ((n.domain, n.op_type) in _FORTRAN_READERS or n.op_type == "Gemm" and n.domain in (
-                "", "ai.onnx") and not n.attrs.get("transB", 0)) for n, i in rs):
+        if rs and all(n.inputs[1:2] == [name] and n.inputs.count(name) == 1 and (
+                (n.domain, n.op_type) in _FORTRAN_READERS
+                or n.op_type == "Gemm" and n.domain in ("", "ai.onnx") and not n.attrs.get("transB", 0)) for n in rs):
             f = _fortran_copy(arr)
             g.initializers[name] = f
             if source.initializers.get(name) is arr:
