@@ -17,7 +17,7 @@ from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
 from .conv import conv as _conv
-from .linalg import _gemm, _mm, _to_f32, matmul_w
+from .linalg import _gemm, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
 
@@ -128,17 +128,13 @@ def _matmul_bias_gelu_specialize(consts, kwargs):
     if not isinstance(w, np.ndarray) or w.ndim != 2 or w.dtype.kind not in "fV":
         return None
     dt = w.dtype
-    w32 = w if dt in (_F32, _F64) else np.array(w, _F32, order="K")  # (layout kept: see linalg.matmul_w)
+    w32 = w if dt in (_F32, _F64) else np.array(w, _F32, order="K")  # (layout kept: linalg.matmul_w)
     generic = _matmul_bias_gelu_generic
 
     def run(A, B, bias):
         if type(A) is not np.ndarray or A.dtype != dt or A.ndim == 0 or A.shape[-1] != w32.shape[0]:
             return generic(A, B, bias)
-        a = _up(A)
-        if a.flags.c_contiguous:
-            y = matmul_w(a.reshape(-1, a.shape[-1]), w32).reshape(a.shape[:-1] + (w32.shape[1],))
-        else:
-            y = _matmul(a, w32)
+        y = _matmul(_up(A), w32)
         return _gelu(y, bias, "BiasGelu", False, (0,)).astype(dt, copy=False)
 
     return run

@@ -88,11 +88,16 @@ def matmul(A, B):
         return _mm("MatMul", A, B)  # raises with a clear message
 
 
-def _mm_rows(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """a (..., K) @ w (K, N) as one 2-D GEMM when a is C-contiguous (a fresh C-contiguous result)."""
-    if a.ndim > 2 and a.flags.c_contiguous:
-        return _matmul(a.reshape(-1, a.shape[-1]), w).reshape(a.shape[:-1] + (w.shape[1],))
-    return _matmul(a, w)
+def _mm_rows(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """a (..., K) @ w (K, N) (+ c, a bias of 1 or N values) as one 2-D GEMM (:func:`matmul_w`) when a is
+    C-contiguous: a fresh result."""
+    if a.ndim >= 2 and a.flags.c_contiguous:
+        rows = math.prod(a.shape[:-1])
+        return matmul_w(a.reshape(rows, a.shape[-1]), w, c).reshape(a.shape[:-1] + (w.shape[1],))
+    y = _matmul(a, w)
+    if c is not None:
+        y += c
+    return y
 
 
 def _matmul_bias_generic(A, B, bias):
@@ -114,10 +119,9 @@ def _matmul_bias_f32(a, w, c):
     """a @ w + c for float32/float64 operands; c is added in place when it does not grow the product's shape."""
     if a.ndim == 0 or w.ndim == 0:
         raise ValueError(f"MatMulBias: inputs must have rank >= 1, got shapes {a.shape} and {w.shape}")
-    if (w.ndim == 2 and a.shape[-1] == w.shape[0] and a.flags.c_contiguous and c.dtype == a.dtype
-            and c.ndim <= 1 and c.size in (1, w.shape[1])):
-        return matmul_w(a.reshape(-1, a.shape[-1]), w, c).reshape(a.shape[:-1] + (w.shape[1],))
     if w.ndim == 2 and a.shape[-1] == w.shape[0]:
+        if c.dtype == a.dtype and c.ndim <= 1 and c.size in (1, w.shape[1]):
+            return _mm_rows(a, w, c)  # the bias added in the product's own pass
         y = _mm_rows(a, w)
     else:
         y = _mm("MatMulBias", a, w)
@@ -222,7 +226,7 @@ def _gemm(A, B, C, alpha, beta, transA, transB):
         raise ValueError(
             f"Gemm: incompatible shapes A'{a.shape} and B'{b.shape} (transA={transA}, transB={transB})"
         )
-    y = matmul_w(a, b) if a.flags.c_contiguous and a.dtype.kind == "f" and b.dtype == a.dtype else _matmul(a, b)
+    y = _mm_rows(a, b) if a.dtype.kind == "f" and b.dtype == a.dtype else _matmul(a, b)
     is_int = y.dtype.kind in "iu"
     alpha = float(alpha)
     beta = float(beta)
