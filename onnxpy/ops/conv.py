@@ -678,22 +678,22 @@ def conv(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
 
 
 def _spec_conv(consts, kwargs):
-    """Plan-time form of :func:`conv` for a constant 4-D float weight (and constant or absent bias): attributes are
-    checked and parsed once and the pads are remembered per input shape, so a call goes straight to the 2-D fast
-    paths (on small convolutions the argument handling cost several times the GEMM).  Anything unusual -- another
-    dtype or rank, a channel mismatch, a case the fast paths decline -- runs the generic kernel, which reports
-    errors as before."""
+    """Plan-time form of :func:`conv` for a constant 4-D (or 3-D: :func:`_spec_conv1d`) float weight and a constant
+    or absent bias: attributes are checked and parsed once and the pads are remembered per input shape, so a call
+    goes straight to the 2-D fast paths (on small convolutions the argument handling cost several times the GEMM).
+    Anything unusual -- another dtype or rank, a channel mismatch, a case the fast paths decline -- runs the generic
+    kernel, which reports errors as before."""
     if len(consts) < 2:
         return None
     W = consts[1]
     B = consts[2] if len(consts) > 2 else None
-    if type(W) is np.ndarray and W.ndim == 3:
-        return _spec_conv1d(W, B, kwargs)
-    if (type(W) is not np.ndarray or W.ndim != 4 or W.dtype not in (_F32, _F64) or B is NOT_CONST
+    if (type(W) is not np.ndarray or W.ndim not in (3, 4) or W.dtype not in (_F32, _F64) or B is NOT_CONST
             or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
         return None
     auto_pad = kwargs.get("auto_pad", "NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    if W.ndim == 3:
+        return _spec_conv1d(W, B, auto_pad, kwargs)
     group = int(kwargs.get("group", 1))
     kernel_shape = kwargs.get("kernel_shape")
     if kernel_shape and list(kernel_shape) != list(W.shape[2:]):
@@ -751,16 +751,13 @@ conv.specialize = _spec_conv
 _CONV1D_GATHER_MAX = 1 << 16
 
 
-def _spec_conv1d(W, B, kwargs):
-    """Plan-time form of :func:`conv` for a constant 3-D float weight, group 1, no dilation (and a constant or
-    absent bias): per input shape, the column matrix (the bias row of ones included) is one gather from the input
-    with two elements appended (a 0 that padding taps read and a 1), then one GEMM with the bias-extended filter."""
-    if (W.dtype not in (_F32, _F64) or B is NOT_CONST or int(kwargs.get("group", 1)) != 1
-            or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
+def _spec_conv1d(W, B, auto_pad, kwargs):
+    """:func:`_spec_conv` for a 3-D weight (checked there, with the bias), group 1, no dilation: per input shape,
+    the column matrix (the bias row of ones included) is one gather from the input with two elements appended (a 0
+    that padding taps read and a 1), then one GEMM with the bias-extended filter."""
+    if int(kwargs.get("group", 1)) != 1:
         return None
     M, C, K = W.shape
-    auto_pad = kwargs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
     kernel_shape, pads = kwargs.get("kernel_shape"), kwargs.get("pads")
     if kernel_shape and list(kernel_shape) != [K] or M == 0 or C == 0 or K == 0:
         return None
