@@ -452,15 +452,7 @@ def _spec_lstm(consts, kwargs):
     bias.flags.writeable = False
     WRb = np.concatenate((WR, bias[None]))  # [W R b]^T: the bias rides on a column of ones
     WRb.flags.writeable = False
-    ones: dict = {}
-
-    def _ones(Bsz):
-        o = np.ones((Bsz, 1), ct)
-        o.flags.writeable = False
-        if len(ones) < 16:
-            ones[Bsz] = o
-        return o
-
+    ones: dict = {}  # batch size -> the (Bsz, 1) column of ones [x h 1] ends with (a few kept)
     want_y = _want_y(None, kwargs.get("_output_names"))
     generic = lstm
     expit = _fast.sigmoid_into
@@ -485,7 +477,12 @@ def _spec_lstm(consts, kwargs):
         Xc = X.astype(ct, copy=False)
         od = X.dtype
         if T == 1:  # one step: a single product of [x h 1] with the stacked weights and the bias
-            g = np.concatenate((Xc[0], h, ones[Bsz] if Bsz in ones else _ones(Bsz)), axis=1) @ WRb
+            one = ones.get(Bsz)
+            if one is None:
+                one = np.ones((Bsz, 1), ct)
+                if len(ones) < 16:
+                    ones[Bsz] = one
+            g = np.concatenate((Xc[0], h, one), axis=1) @ WRb
             h, c = _lstm_cell(g, c, H, expit)
             # fresh arrays; with Y asked for too, Y_h gets its own copy so that no two outputs share memory
             Y = h.reshape(1, 1, Bsz, H).astype(od, copy=False) if want_y else None
