@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from onnx import TensorProto
+from .ir.protoenums import TensorProto
 
 _T = TensorProto
 

@@ -49,7 +49,12 @@ def _merge_type(decl, inf):
 
 
 def _slim_proto(proto):
-    """A copy of the model for shape inference: nodes and types, without the large initializers' data."""
+    """A copy of the model for shape inference: nodes and types, without the large initializers' data (serialized
+    bytes for a model read by onnxpy's wire reader, so onnx is imported only if inference runs)."""
+    from .ir import wire
+
+    if isinstance(proto, wire.ModelMsg):
+        return wire.slim_model_bytes(proto)
     import onnx
 
     g = proto.graph
@@ -81,6 +86,8 @@ def _inferred_output_types(slim) -> dict:
     """Graph outputs' types from onnx shape inference on a slim copy (see :func:`_slim_proto`)."""
     import onnx
 
+    if isinstance(slim, bytes):
+        slim = onnx.ModelProto.FromString(slim)
     inferred = onnx.shape_inference.infer_shapes(slim, check_type=False, strict_mode=False, data_prop=False)
     from .ir.load import decode_type
 

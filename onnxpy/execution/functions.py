@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import threading
 
+import importlib
+
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from .. import dtypes
 from ..ir.load import _Loader
 from ..ir.model import Graph, Node, TypeInfo
 
 MAX_CACHED_SIGNATURES = 64
+
+
+class _LazyModule:
+    """onnx is imported on first use: only models with an op that has no kernel need its schema functions."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+onnx = _LazyModule("onnx")
+helper = _LazyModule("onnx.helper")
+numpy_helper = _LazyModule("onnx.numpy_helper")
 
 
 def _encode_attr(name, value):

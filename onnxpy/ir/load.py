@@ -10,27 +10,49 @@ import os
 import sys
 
 import numpy as np
-import onnx
-from onnx import AttributeProto, TensorProto, numpy_helper
 
 from .. import dtypes
 from ..capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
+from . import wire
 from .model import Function, Graph, Model, Node, TypeInfo, ValueInfo
+from .protoenums import AttributeProto, TensorProto
 
 MAX_FUNCTION_DEPTH = 64
 
 
-def read_model_proto(path_or_bytes) -> tuple[onnx.ModelProto, str | None]:
-    """Parse a model from a path, bytes or a ModelProto; returns the proto and its folder (None for bytes)."""
-    if isinstance(path_or_bytes, onnx.ModelProto):
+def _is_onnx_proto(x) -> bool:
+    return hasattr(x, "SerializeToString") and hasattr(x, "graph") and not isinstance(x, wire.Msg)
+
+
+def parse_model_bytes(data, error: str):
+    """Parse serialized model bytes with onnxpy's own reader (onnx is not imported), or with onnx when the model
+    uses parts the reader leaves to it (model-local functions, training info).  ``error``: the InvalidProtobuf text."""
+    try:
+        msg = wire.parse_model(data)
+    except (wire.WireError, RecursionError):
+        raise InvalidProtobuf.make(error) from None
+    if not any(n in msg._f for n in wire.MODEL_FALLBACK_FIELDS):
+        return msg
+    import onnx
+
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(bytes(data))
+    except Exception:
+        raise InvalidProtobuf.make(error) from None
+    return proto
+
+
+def read_model_proto(path_or_bytes) -> tuple:
+    """Parse a model from a path, bytes or a ModelProto; returns the message and its folder (None for bytes).
+
+    The message is onnxpy's read-only wire message (:mod:`onnxpy.ir.wire`) with onnx's field names, or the
+    ``onnx.ModelProto`` given (or parsed by onnx for the few models whose parts the wire reader does not cover).
+    """
+    if _is_onnx_proto(path_or_bytes):
         return path_or_bytes, None
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        proto = onnx.ModelProto()
-        try:
-            proto.ParseFromString(bytes(path_or_bytes))
-        except Exception:
-            raise InvalidProtobuf.make("Failed to load model because protobuf parsing failed.") from None
-        return proto, None
+        return parse_model_bytes(bytes(path_or_bytes), "Failed to load model because protobuf parsing failed."), None
     path = os.fspath(path_or_bytes)
     if not os.path.exists(path):
         raise NoSuchFile.make(f"Load model from {path} failed:Load model {path} failed. File doesn't exist")
@@ -38,14 +60,8 @@ def read_model_proto(path_or_bytes) -> tuple[onnx.ModelProto, str | None]:
         raise NoSuchFile.make(f"Load model from {path} failed: it is a directory, not a model file")
     with open(path, "rb") as f:
         data = f.read()
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except Exception:
-        raise InvalidProtobuf.make(
-            f"Load model from {path} failed:Protobuf parsing failed."
-        ) from None
-    return proto, os.path.dirname(os.path.abspath(path))
+    model = parse_model_bytes(data, f"Load model from {path} failed:Protobuf parsing failed.")
+    return model, os.path.dirname(os.path.abspath(path))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -123,16 +139,35 @@ def _plain_external(t: TensorProto, base_dir: str | None) -> np.ndarray | None:
     return arr
 
 
-def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:
-    """Decode a TensorProto (inline or external data) to a numpy array with the right dtype."""
+def tensor_to_array(t, base_dir: str | None = None) -> np.ndarray:
+    """Decode a TensorProto (onnx's or the wire reader's; inline or external data) to a numpy array."""
     if any(d < 0 for d in t.dims):
         raise InvalidGraph.make(f"Tensor '{t.name}' has negative dimension(s) {list(t.dims)}")
+    raw = None
     if t.data_location == TensorProto.EXTERNAL:
         arr = _plain_external(t, base_dir)
         if arr is not None:
             return arr
         raw = _read_external(t, base_dir)
-        shallow = TensorProto()
+    if isinstance(t, wire.TensorMsg):
+        try:
+            try:
+                want = dtypes.to_numpy(t.data_type)
+            except TypeError:
+                want = None
+            arr = wire.tensor_array(t, raw, want)
+        except ValueError as e:
+            raise InvalidGraph.make(f"Cannot decode tensor '{t.name}': {e}") from None
+        if arr is not None:
+            return arr
+        try:
+            t = t.to_onnx()  # sub-byte element types: onnx unpacks them
+        except Exception as e:  # noqa: BLE001 - onnx's parser refusing what the wire reader took
+            raise InvalidProtobuf.make(f"Tensor '{t.name}': protobuf parsing failed ({e})") from None
+    from onnx import numpy_helper
+
+    if raw is not None:
+        shallow = type(t)()
         shallow.CopyFrom(t)
         del shallow.external_data[:]
         shallow.data_location = TensorProto.DEFAULT
@@ -318,8 +353,8 @@ class _Loader:
         call_attrs = {a.name: a for a in call.attribute}
         defaults = {a.name: a for a in fn.attribute_proto}
         nodes = []
-        for n in fn.node:
-            m = onnx.NodeProto()
+        for n in fn.node:  # function bodies are onnx's own protos (the wire reader leaves functions to onnx)
+            m = type(n)()
             m.CopyFrom(n)
             m.name = prefix + (n.name or n.op_type)
             del m.input[:]
@@ -339,7 +374,7 @@ class _Loader:
                 src = call_attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
                 if src is None:
                     continue  # unbound optional attribute: the op's own default applies
-                b = AttributeProto()
+                b = type(src)()
                 b.CopyFrom(src)
                 b.name = a.name
                 kept.append(b)
@@ -409,7 +444,14 @@ def load_model(path_or_bytes) -> Model:
     return model_from_proto(proto, base_dir)
 
 
-def model_from_proto(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
+def model_from_proto(proto, base_dir: str | None = None) -> Model:
+    try:
+        return _model_from_proto(proto, base_dir)
+    except wire.WireError as e:
+        raise InvalidProtobuf.make(f"Protobuf parsing failed: {e}") from None
+
+
+def _model_from_proto(proto, base_dir: str | None) -> Model:
     if not proto.HasField("graph"):
         raise InvalidGraph.make("The model has no graph")
     _check_text(proto)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 
-import onnx
-
 from ..capi.onnxruntime_pybind11_state import InvalidGraph
 from . import _arity_table
 from .model import Graph
+from .protoenums import onnx_version
 
 CHECKED_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 
@@ -21,7 +20,7 @@ CHECKED_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 @functools.lru_cache(maxsize=4096)
 def _ranges(op_type: str, opset: int, domain: str):
     """(min_input, max_input, min_output, max_output) of the schema onnx picks for ``opset``, or None."""
-    if _arity_table.ONNX_VERSION == onnx.__version__:
+    if _arity_table.ONNX_VERSION == _installed_onnx():
         rows = _arity_table.RANGES.get((domain, op_type))
         if rows is not None:
             best = None
@@ -33,7 +32,20 @@ def _ranges(op_type: str, opset: int, domain: str):
     return _onnx_ranges(op_type, opset, domain)
 
 
+@functools.lru_cache(maxsize=1)
+def _installed_onnx() -> str:
+    """onnx's version without importing onnx when its metadata says it (the table is only valid for that one)."""
+    v = onnx_version()
+    if v is None:
+        import onnx
+
+        v = onnx.__version__
+    return v
+
+
 def _onnx_ranges(op_type: str, opset: int, domain: str):
+    import onnx
+
     try:
         s = onnx.defs.get_schema(op_type, opset, domain)
     except Exception:  # noqa: BLE001 - unknown op: the planner reports it
