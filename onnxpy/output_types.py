@@ -49,16 +49,13 @@ def _merge_type(decl, inf):
 
 
 def _slim_proto(proto):
-    """A copy of the model for shape inference: nodes and types, without the large initializers' data (serialized
-    bytes for a model read by onnxpy's wire reader, so onnx is imported only if inference runs)."""
-    from .ir import wire
+    """A copy of the model for shape inference: nodes and types, without the large initializers' data (onnx's
+    classes, loaded without importing onnx: inference itself imports it, on first use)."""
+    from .ir.proto import messages
 
-    if isinstance(proto, wire.ModelMsg):
-        return wire.slim_model_bytes(proto)
-    import onnx
-
+    pb = messages()
     g = proto.graph
-    m = onnx.ModelProto(ir_version=proto.ir_version)
+    m = pb.ModelProto(ir_version=proto.ir_version)
     m.opset_import.extend(proto.opset_import)
     m.functions.extend(proto.functions)
     mg = m.graph
@@ -70,13 +67,13 @@ def _slim_proto(proto):
     for o in g.output:
         mg.output.add().name = o.name
     for t in g.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() <= 4096:
+        if t.data_location == pb.TensorProto.EXTERNAL or t.ByteSize() <= 4096:
             mg.initializer.append(t)
         else:  # only its type and dims matter for inference; the data is left out
             stub = mg.initializer.add()
             stub.name, stub.data_type = t.name, t.data_type
             stub.dims.extend(t.dims)
-            stub.data_location = onnx.TensorProto.EXTERNAL
+            stub.data_location = pb.TensorProto.EXTERNAL
             e = stub.external_data.add()
             e.key, e.value = "location", "__onnxpy_not_loaded__"
     return m
@@ -86,8 +83,6 @@ def _inferred_output_types(slim) -> dict:
     """Graph outputs' types from onnx shape inference on a slim copy (see :func:`_slim_proto`)."""
     import onnx
 
-    if isinstance(slim, bytes):
-        slim = onnx.ModelProto.FromString(slim)
     inferred = onnx.shape_inference.infer_shapes(slim, check_type=False, strict_mode=False, data_prop=False)
     from .ir.load import decode_type
 

@@ -13,43 +13,30 @@ import numpy as np
 
 from .. import dtypes
 from ..capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
-from . import wire
+from . import proto as proto_mod
 from .model import Function, Graph, Model, Node, TypeInfo, ValueInfo
 from .protoenums import AttributeProto, TensorProto
 
 MAX_FUNCTION_DEPTH = 64
 
 
-def _is_onnx_proto(x) -> bool:
-    return hasattr(x, "SerializeToString") and hasattr(x, "graph") and not isinstance(x, wire.Msg)
-
-
 def parse_model_bytes(data, error: str):
-    """Parse serialized model bytes with onnxpy's own reader (onnx is not imported), or with onnx when the model
-    uses parts the reader leaves to it (model-local functions, training info).  ``error``: the InvalidProtobuf text."""
+    """Parse serialized model bytes into onnx's ModelProto class (loaded without importing onnx, see
+    :mod:`onnxpy.ir.proto`).  ``error``: the InvalidProtobuf text when protobuf refuses the bytes."""
+    model = proto_mod.messages().ModelProto()
     try:
-        msg = wire.parse_model(data)
-    except (wire.WireError, RecursionError):
-        raise InvalidProtobuf.make(error) from None
-    if not any(n in msg._f for n in wire.MODEL_FALLBACK_FIELDS):
-        return msg
-    import onnx
-
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(bytes(data))
+        model.ParseFromString(data)
     except Exception:
         raise InvalidProtobuf.make(error) from None
-    return proto
+    return model
 
 
 def read_model_proto(path_or_bytes) -> tuple:
     """Parse a model from a path, bytes or a ModelProto; returns the message and its folder (None for bytes).
 
-    The message is onnxpy's read-only wire message (:mod:`onnxpy.ir.wire`) with onnx's field names, or the
-    ``onnx.ModelProto`` given (or parsed by onnx for the few models whose parts the wire reader does not cover).
+    The message is an ``onnx.ModelProto`` (the class, even when onnx itself is not imported).
     """
-    if _is_onnx_proto(path_or_bytes):
+    if hasattr(path_or_bytes, "SerializeToString") and hasattr(path_or_bytes, "graph"):
         return path_or_bytes, None
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return parse_model_bytes(bytes(path_or_bytes), "Failed to load model because protobuf parsing failed."), None
@@ -76,6 +63,10 @@ def _external_path(base_dir: str | None, location: str, tensor_name: str) -> str
         )
     if os.path.isabs(location) or location.startswith(("/", "\\")):
         raise Fail.make(f"External data path '{location}' of tensor '{tensor_name}' must be relative to the model")
+    key = (base_dir, location)
+    full = _RESOLVED.get(key)
+    if full is not None:
+        return full
     base = os.path.realpath(base_dir)
     full = os.path.realpath(os.path.join(base, location))
     if os.path.commonpath([base, full]) != base:
@@ -84,7 +75,14 @@ def _external_path(base_dir: str | None, location: str, tensor_name: str) -> str
         )
     if not os.path.isfile(full):
         raise NoSuchFile.make(f"External data file '{location}' of tensor '{tensor_name}' does not exist")
+    _RESOLVED[key] = full
     return full
+
+
+# (model folder, location) -> checked real path, for the tensors of the model being loaded (most share one data
+# file; resolving symlinks costs ~40 us a tensor).  Emptied at the start of every load, so a path is checked again
+# for each model (a link changed between loads is seen).
+_RESOLVED: dict = {}
 
 
 def _external_span(t: TensorProto, base_dir: str | None) -> tuple[str, int, int]:
@@ -140,7 +138,7 @@ def _plain_external(t: TensorProto, base_dir: str | None) -> np.ndarray | None:
 
 
 def tensor_to_array(t, base_dir: str | None = None) -> np.ndarray:
-    """Decode a TensorProto (onnx's or the wire reader's; inline or external data) to a numpy array."""
+    """Decode a TensorProto (inline or external data) to a numpy array with the right dtype."""
     if any(d < 0 for d in t.dims):
         raise InvalidGraph.make(f"Tensor '{t.name}' has negative dimension(s) {list(t.dims)}")
     raw = None
@@ -149,21 +147,16 @@ def tensor_to_array(t, base_dir: str | None = None) -> np.ndarray:
         if arr is not None:
             return arr
         raw = _read_external(t, base_dir)
-    if isinstance(t, wire.TensorMsg):
-        try:
-            try:
-                want = dtypes.to_numpy(t.data_type)
-            except TypeError:
-                want = None
-            arr = wire.tensor_array(t, raw, want)
-        except ValueError as e:
-            raise InvalidGraph.make(f"Cannot decode tensor '{t.name}': {e}") from None
-        if arr is not None:
-            return arr
-        try:
-            t = t.to_onnx()  # sub-byte element types: onnx unpacks them
-        except Exception as e:  # noqa: BLE001 - onnx's parser refusing what the wire reader took
-            raise InvalidProtobuf.make(f"Tensor '{t.name}': protobuf parsing failed ({e})") from None
+    try:
+        want = dtypes.to_numpy(t.data_type)
+    except TypeError:
+        want = None
+    try:
+        arr = proto_mod.tensor_array(t, raw, want)
+    except ValueError as e:
+        raise InvalidGraph.make(f"Cannot decode tensor '{t.name}': {e}") from None
+    if arr is not None:
+        return arr
     from onnx import numpy_helper
 
     if raw is not None:
@@ -353,7 +346,7 @@ class _Loader:
         call_attrs = {a.name: a for a in call.attribute}
         defaults = {a.name: a for a in fn.attribute_proto}
         nodes = []
-        for n in fn.node:  # function bodies are onnx's own protos (the wire reader leaves functions to onnx)
+        for n in fn.node:
             m = type(n)()
             m.CopyFrom(n)
             m.name = prefix + (n.name or n.op_type)
@@ -445,13 +438,7 @@ def load_model(path_or_bytes) -> Model:
 
 
 def model_from_proto(proto, base_dir: str | None = None) -> Model:
-    try:
-        return _model_from_proto(proto, base_dir)
-    except wire.WireError as e:
-        raise InvalidProtobuf.make(f"Protobuf parsing failed: {e}") from None
-
-
-def _model_from_proto(proto, base_dir: str | None) -> Model:
+    _RESOLVED.clear()
     if not proto.HasField("graph"):
         raise InvalidGraph.make("The model has no graph")
     _check_text(proto)

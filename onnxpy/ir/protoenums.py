@@ -1,7 +1,7 @@
 """The ONNX enum values the runtime needs, without importing onnx (whose import costs ~100 ms per process).
 
 The names and values are those of ``onnx.TensorProto.DataType``, ``onnx.TensorProto.DataLocation`` and
-``onnx.AttributeProto.AttributeType``; ``tests/ir/test_wire.py`` checks them against the installed onnx.
+``onnx.AttributeProto.AttributeType``; ``tests/test_proto_loading.py`` checks them against the installed onnx.
 """
 
 from __future__ import annotations

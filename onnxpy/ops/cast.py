@@ -82,10 +82,12 @@ def _to_string(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 # strings -> numbers (std::stod / std::stoll / std::stoull prefix-parsing semantics)
 # ---------------------------------------------------------------------------------------------------------------
-_FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)")
-_HEX_PREFIX = re.compile(r"\s*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?")
-_SPECIAL_PREFIX = re.compile(r"\s*([+-]?)(inf(?:inity)?|nan)", re.IGNORECASE)
-_INT_PREFIX = re.compile(r"\s*([+-]?\d+)")
+# Patterns for string -> number casts, compiled on first use (compiling them costs every session that loads
+# this module, Cast-only models included).
+_FLOAT_PREFIX = r"\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)"
+_HEX_PREFIX = r"\s*[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?"
+_SPECIAL_PREFIX = r"(?i)\s*([+-]?)(inf(?:inity)?|nan)"
+_INT_PREFIX = r"\s*([+-]?\d+)"
 
 
 def _stod(s) -> float:
@@ -94,20 +96,20 @@ def _stod(s) -> float:
         return float(s)
     except ValueError:
         pass
-    m = _HEX_PREFIX.match(s)
+    m = re.match(_HEX_PREFIX, s)
     if m:
         return float.fromhex(m.group(0).strip())
-    m = _SPECIAL_PREFIX.match(s)
+    m = re.match(_SPECIAL_PREFIX, s)
     if m:
         return float(m.group(1) + m.group(2))
-    m = _FLOAT_PREFIX.match(s)
+    m = re.match(_FLOAT_PREFIX, s)
     if m:
         return float(m.group(0))
     raise ValueError(f"Cast: cannot convert string {s!r} to a floating point number")
 
 
 def _strtoint(s, unsigned: bool) -> int:
-    m = _INT_PREFIX.match(str(s))
+    m = re.match(_INT_PREFIX, str(s))
     if not m:
         raise ValueError(f"Cast: cannot convert string {s!r} to an integer")
     v = int(m.group(1))

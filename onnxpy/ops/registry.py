@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
-import numpy as np
 
 ONNX_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -61,9 +60,11 @@ def _normalize_domain(domain: str) -> str:
 
 
 def _describe(fn: Callable[..., Any], domain: str, op_type: str, since: int) -> KernelInfo:
-    if isinstance(fn, np.ufunc):  # a bare ufunc (Add = np.add): positional inputs, no attributes
-        return KernelInfo(fn, domain, op_type, since, frozenset(), frozenset(), False)
     target = fn.__call__ if not inspect.isfunction(fn) and callable(fn) else fn
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        # a bare ufunc or other C function (Add = np.add, Where = np.where): positional inputs, no attributes
+        # (inspect.signature would parse its text signature, ~15 ms the first time)
+        return KernelInfo(fn, domain, op_type, since, frozenset(), frozenset(), False)
     try:
         sig = inspect.signature(target)
     except (TypeError, ValueError):
