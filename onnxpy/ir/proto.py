@@ -18,6 +18,8 @@ import sys
 
 import numpy as np
 
+from .protoenums import onnx_package_dir
+
 _MODULE = None
 
 
@@ -41,13 +43,10 @@ def messages():
 
 
 def _load_generated():
-    try:
-        spec = importlib.util.find_spec("onnx")
-    except (ImportError, ValueError):
+    pkg = onnx_package_dir()
+    if pkg is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "onnx_ml_pb2.py")
+    path = os.path.join(pkg, "onnx_ml_pb2.py")
     if not os.path.isfile(path):
         return None
     name = "_onnxpy_onnx_ml_pb2"

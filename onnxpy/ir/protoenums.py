@@ -69,10 +69,9 @@ def attribute_type_names() -> dict[str, int]:
     return {k: v for k, v in vars(AttributeProto).items() if k.isupper()}
 
 
-def onnx_version() -> str | None:
-    """The installed onnx's version, read from its distribution metadata without importing it (None if unknown)."""
+def onnx_package_dir() -> str | None:
+    """The installed onnx package's folder, found without importing it (None if there is none)."""
     import importlib.util
-    import os
 
     try:
         spec = importlib.util.find_spec("onnx")
@@ -80,9 +79,18 @@ def onnx_version() -> str | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    site = os.path.dirname(list(spec.submodule_search_locations)[0])
+    return list(spec.submodule_search_locations)[0]
+
+
+def onnx_version() -> str | None:
+    """The installed onnx's version, read from its distribution metadata without importing it (None if unknown)."""
+    import os
+
+    pkg = onnx_package_dir()
+    if pkg is None:
+        return None
     try:
-        names = os.listdir(site)
+        names = os.listdir(os.path.dirname(pkg))
     except OSError:
         return None
     found = [n for n in names if n.startswith("onnx-") and n.endswith((".dist-info", ".egg-info"))]
