@@ -211,3 +211,51 @@ def test_conv_bn_kernel_fallback():
     np.testing.assert_array_equal(got, ref)
     with pytest.raises(ValueError):
         conv_batch_norm(x, w, None, *p, activation="Tanh")
+
+
+def _preact(C=6, M=5, scale=None, pads=(0, 0, 0, 0), ksize=1, bias=True, extra_use=None, group=1):
+    """BatchNormalization -> Relu -> Conv, as in pre-activation networks (DenseNet)."""
+    r = np.random.default_rng(7)
+    gamma = r.uniform(0.5, 2.0, C) if scale is None else np.asarray(scale, np.float64)
+    inits = [numpy_helper.from_array(gamma.astype(np.float32), "g"),
+             numpy_helper.from_array(r.standard_normal(C).astype(np.float32), "b"),
+             numpy_helper.from_array(r.standard_normal(C).astype(np.float32), "mu"),
+             numpy_helper.from_array(r.uniform(0.5, 2, C).astype(np.float32), "var"),
+             numpy_helper.from_array(r.standard_normal((M, C // group, ksize, ksize)).astype(np.float32), "W")]
+    conv_in = ["r", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(r.standard_normal(M).astype(np.float32), "B"))
+        conv_in.append("B")
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "mu", "var"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Conv", conv_in, ["y"], kernel_shape=[ksize, ksize], pads=list(pads), group=group)]
+    outs = [_vi("y", None)]
+    if extra_use:
+        nodes.append(helper.make_node("Identity", [extra_use], ["z"]))
+        outs.append(_vi("z", None))
+    return _model(nodes, [_vi("x", [2, C, 5, 4])], outs, inits)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_preactivation_bn_relu_conv1x1_folds_to_max(tmp_path, bias):
+    x = (RNG.standard_normal((2, 6, 5, 4)) * 2).astype(np.float32)
+    ops = run(tmp_path, _preact(bias=bias), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops == ["Max", "Conv"]
+    for level in (1, 2):
+        assert "Max" not in run(tmp_path, _preact(bias=bias), {"x": x}, level=level, rtol=1e-5, atol=1e-5)
+
+
+def test_preactivation_zero_scale_channels_keep_relu_of_shift(tmp_path):
+    x = (RNG.standard_normal((2, 6, 5, 4)) * 2).astype(np.float32)
+    ops = run(tmp_path, _preact(scale=[1.0, 0.0, 2.0, 0.0, 0.5, 1.5]), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops == ["Max", "Conv"]
+
+
+@pytest.mark.parametrize("case", ["negative_scale", "padded", "3x3", "bn_output_used", "relu_output_used", "grouped"])
+def test_preactivation_fold_near_misses(tmp_path, case):
+    x = (RNG.standard_normal((2, 6, 5, 4)) * 2).astype(np.float32)
+    kw = {"negative_scale": {"scale": [1.0, -1.0, 2.0, 1.0, 0.5, 1.5]}, "padded": {"pads": (1, 1, 1, 1)},
+          "3x3": {"ksize": 3, "pads": (1, 1, 1, 1)}, "bn_output_used": {"extra_use": "n"},
+          "relu_output_used": {"extra_use": "r"}, "grouped": {"group": 2, "M": 4}}[case]
+    ops = run(tmp_path, _preact(**kw), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert "Max" not in ops
