@@ -38,7 +38,7 @@ FILES = {
     'ml_trees_v5.py': 1700604448,
     'normalization.py': 4210114654,
     'pad.py': 526612035,
-    'pool.py': 2344273086,
+    'pool.py': 2245404514,
     'quantize.py': 1631935384,
     'random.py': 2997381316,
     'random_state.py': 1710170694,

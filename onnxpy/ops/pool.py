@@ -284,6 +284,8 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
         return _maxpool_indices(X, ks, st, dl, pb, pe, out, int(storage_order))
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):
+        return global_max_pool(X)
     x = X if X.dtype.kind in "fiu" else X.astype(np.float32)  # bfloat16
     if _FLAT_POOL and _flat_ok(x.shape[2:], ks, st, dl, pb, pe, out):
         with np.errstate(invalid="ignore"):  # (the second pass also reads positions the first left undefined)
@@ -478,6 +480,8 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     x = _float_input(X, op)
     if X.size == 0 or prod(out) == 0:
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
+    if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):  # (ShuffleNet's final 7x7 pooling): GlobalAveragePool
+        return global_average_pool(X)
     if _FLAT_POOL and max(ks) <= 3 and _flat_ok(X.shape[2:], ks, st, dl, pb, pe, out):  # larger: the GEMMs win
         div = _avg_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
                            bool(count_include_pad), x.dtype.str, _flat_block(x.shape, x.dtype))
@@ -497,6 +501,12 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     with np.errstate(invalid="ignore", divide="ignore"):
         s /= cnt
     return s.astype(X.dtype, copy=False)
+
+
+def _whole_plane(in_shape, ks, dl, pb, pe, out) -> bool:
+    """The one window covers the whole unpadded input: the pooling is its global counterpart."""
+    return (all(o == 1 for o in out) and tuple(ks) == tuple(in_shape) and all(d == 1 for d in dl)
+            and not any(pb) and not any(pe))
 
 
 @kernel("LpPool", since=(1, 2, 11, 18, 22))

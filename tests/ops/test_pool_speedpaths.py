@@ -144,3 +144,21 @@ def test_cnn_pools_vs_ort(xs, attrs):
     _check_ort("MaxPool", x, attrs, 12)
     _check_ort("AveragePool", x, attrs, 11)
     _check_ort("AveragePool", x, dict(attrs, count_include_pad=1), 11)
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+@pytest.mark.parametrize("shape", [(1, 37, 7, 7), (2, 3, 5, 4), (1, 2, 6)])
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+def test_window_covering_the_whole_plane_is_the_global_pool(op, shape, ceil_mode):
+    """A single unpadded window over the whole input (ShuffleNet's final 7x7 AveragePool) takes the global pool's
+    path; values as onnxruntime's."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    ks = list(shape[2:])
+    assert pool._whole_plane(shape[2:], ks, [1] * len(ks), [0] * len(ks), [0] * len(ks), [1] * len(ks))
+    model, feeds = single_node(op, [x], 1, opsets=[("", 19)], kernel_shape=ks, ceil_mode=ceil_mode)
+    assert_outputs_close(run_onnxpy(model, feeds), run_ort(model, feeds), rtol=1e-5, atol=1e-6)
+    # padded or strided-out windows do not qualify
+    assert not pool._whole_plane(shape[2:], ks, [1] * len(ks), [1] + [0] * (len(ks) - 1), [0] * len(ks),
+                                 [1] * len(ks))
+    assert not pool._whole_plane(shape[2:], [k - 1 for k in ks], [1] * len(ks), [0] * len(ks), [0] * len(ks),
+                                 [2] * len(ks))
