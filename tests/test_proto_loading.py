@@ -207,3 +207,23 @@ def test_creating_a_session_does_not_import_onnx():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True", "True"]
+
+
+def test_sessions_created_from_threads_in_a_fresh_process():
+    path = os.path.join(DATA, "light", "light_squeezenet.onnx")
+    code = (
+        "import sys, threading, numpy as np, onnxpy\n"
+        "errors = []\n"
+        "def make():\n"
+        "    try:\n"
+        f"        s = onnxpy.InferenceSession({path!r})\n"
+        "        s.run(None, {s.get_inputs()[0].name: np.zeros((1, 3, 224, 224), np.float32)})\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "ts = [threading.Thread(target=make) for _ in range(4)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(errors, 'onnx' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[] False"

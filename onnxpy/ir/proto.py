@@ -15,19 +15,26 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 
 import numpy as np
 
 from .protoenums import onnx_package_dir
 
 _MODULE = None
+_LOCK = threading.Lock()  # sessions created from several threads load the module once
 
 
 def messages():
     """The module holding onnx's ModelProto, TensorProto, ... classes."""
-    global _MODULE
     if _MODULE is not None:
         return _MODULE
+    with _LOCK:
+        return _MODULE if _MODULE is not None else _find_messages()
+
+
+def _find_messages():
+    global _MODULE
     onnx = sys.modules.get("onnx")
     mod = None
     if onnx is not None and hasattr(onnx, "ModelProto"):
