@@ -94,7 +94,7 @@ def test_hardswish_float64_and_float16(tmp_path):
     assert ops == ["ai.onnxpy:HardSwishLike"]
     ops = run(tmp_path, _hswish(dt=TensorProto.FLOAT16, npdt=np.float16), {"x": x.astype(np.float16)},
               rtol=1e-3, atol=1e-3)
-    assert ops == ["ai.onnxpy:HardSwishLike"]
+    assert ops == ["Cast", "ai.onnxpy:HardSwishLike", "Cast"]  # float16 graphs compute in float32 at level 99
 
 
 def test_hardswish_other_constants_exact(tmp_path):

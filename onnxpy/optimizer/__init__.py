@@ -139,6 +139,10 @@ def passes_for(level: int, disabled=frozenset()):
         chosen = chosen[:-1] + QDQ_PASSES + gelu + TRANSFORMER_PASSES + rest \
             + [p for p in SPEED_PASSES if p.level <= level] + [p for p in ALL_PASSES if p.level <= level] \
             + chosen[-1:]
+        if level >= 99:
+            from .fp16 import FP16_PASSES  # first: every later pass sees the float32 graph
+
+            chosen = FP16_PASSES + chosen
     return [p for p in chosen if p.name not in disabled]
 
 

@@ -1,0 +1,196 @@
+"""Level 99: float16 graphs compute in float32, as onnxruntime's CPU provider does.
+
+onnxruntime's CPU kernels are mostly float32: its InsertCastTransformer wraps float16 nodes in casts to float32
+and then removes the back-to-back casts between them, so a float16 model runs in float32 from its inputs to its
+outputs.  numpy is the same (float16 arithmetic is float32 arithmetic plus a rounding pass per op, ~1.9 ns per
+element), so onnxpy does the same rewrite, over the whole graph at once: float16 initializers, tensor attributes
+and declared value types become float32, ``to``/``dtype`` attributes naming float16 name float32, each float16
+graph input gets a Cast to float32 and each float16 graph output a Cast back, so the session's inputs and outputs
+keep their types.  Results are the float32 computation rounded once at the outputs (closer to exact than rounding
+after every op).
+
+The rewrite is skipped when the graph holds an op whose domain onnxpy does not know in full (a custom op would
+see float32 where the model promised float16) or an overridable initializer of type float16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..ir.model import Graph, Node, TypeInfo, ValueInfo
+from .graph_types import elem_types
+from .passes import Pass
+
+F16, F32 = 10, 1
+_KNOWN_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft", "ai.onnxpy"})
+_TYPE_ATTRS = frozenset({"to", "dtype"})
+
+
+def _retype(t: TypeInfo | None) -> TypeInfo | None:
+    if t is None:
+        return None
+    elem = _retype(t.elem) if t.elem is not None else None
+    et = F32 if t.elem_type == F16 and t.kind in ("tensor", "sparse_tensor") else t.elem_type
+    if et == t.elem_type and elem is t.elem:
+        return t
+    return replace(t, elem_type=et, elem=elem)
+
+
+def _is_f16(t: TypeInfo | None) -> bool:
+    return t is not None and _retype(t) is not t
+
+
+def _attr(name: str, v):
+    if isinstance(v, np.ndarray) and v.dtype == np.float16:
+        return v.astype(np.float32)
+    if isinstance(v, Graph):
+        return _graph(v)
+    if isinstance(v, list) and v and isinstance(v[0], Graph):
+        return [_graph(x) for x in v]
+    if isinstance(v, list) and v and isinstance(v[0], np.ndarray):
+        return [_attr(name, x) for x in v]
+    if name in _TYPE_ATTRS and isinstance(v, int) and not isinstance(v, bool) and v == F16:
+        return F32
+    if isinstance(v, TypeInfo):
+        return _retype(v)
+    return v
+
+
+def _node(n: Node) -> Node:
+    return Node(n.op_type, n.domain, list(n.inputs), list(n.outputs),
+                {k: _attr(k, v) for k, v in n.attrs.items()}, n.name, n.doc_string)
+
+
+def _inits(inits: dict) -> dict:
+    return {k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float16 else v)
+            for k, v in inits.items()}
+
+
+def _graph(g: Graph) -> Graph:
+    """A subgraph retyped throughout (its inputs and outputs are values of the retyped outer graph)."""
+    return Graph(g.name, [_node(n) for n in g.nodes],
+                 [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.inputs],
+                 [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.outputs],
+                 _inits(g.initializers),
+                 {k: ValueInfo(v.name, _retype(v.type), v.doc_string) for k, v in g.value_info.items()},
+                 g.doc_string, g.sparse_initializer_names)
+
+
+def _walk(g: Graph):
+    for n in g.nodes:
+        yield n
+        for sub in n.subgraphs():
+            yield from _walk(sub)
+
+
+def _has_f16(g: Graph) -> bool:
+    if any(isinstance(v, np.ndarray) and v.dtype == np.float16 for v in g.initializers.values()):
+        return True
+    if any(_is_f16(v.type) for v in list(g.inputs) + list(g.outputs) + list(g.value_info.values())):
+        return True
+    for n in g.nodes:
+        for k, v in n.attrs.items():
+            if _attr(k, v) is not v and not isinstance(v, (Graph, list)):
+                return True
+        if any(_has_f16(sub) for sub in n.subgraphs()):
+            return True
+    return False
+
+
+class Float16ComputeInFloat32(Pass):
+    name = "Float16ComputeInFloat32All"
+    level = 99
+
+    def apply(self, g: Graph, ctx) -> int:
+        if ctx.applied.get(self.name):  # (once: the graph's own inputs/outputs stay float16)
+            return 0
+        try:
+            return self._apply(g, ctx)
+        except RecursionError:  # subgraphs nested too deep: left as they are (the planner reports the nesting)
+            return 0
+
+    def _apply(self, g: Graph, ctx) -> int:
+        if not _has_f16(g):
+            return 0
+        if any(n.domain not in _KNOWN_DOMAINS for n in _walk(g)):
+            return 0
+        if any(_is_f16(v.type) and v.name in g.initializers for v in g.inputs):
+            return 0
+        if any(_is_f16(v.type) and v.type.kind != "tensor" for v in list(g.inputs) + list(g.outputs)):
+            return 0  # a sequence/optional of float16 at the boundary: no Cast can restore it
+        # Each output's type as its producer makes it (declared types can be wrong, and a Cast back to a wrong
+        # declared type would change the result's type): known from the graph, and agreeing with the declaration.
+        names = {v.name for v in g.outputs}
+        bare = Graph(g.name, g.nodes, g.inputs, [ValueInfo(v.name) for v in g.outputs], g.initializers,
+                     {k: v for k, v in g.value_info.items() if k not in names})
+        known = elem_types(bare)
+        out_f16 = set()
+        for v in g.outputs:
+            t = known.get(v.name)
+            declared = v.type.elem_type if v.type is not None and v.type.kind == "tensor" else 0
+            if t is None or (declared and declared != t):
+                return 0  # an output whose type cannot be told for sure: it might be float16 and must stay so
+            if t == F16:
+                out_f16.add(v.name)
+        outer_in = [v for v in g.inputs if _is_f16(v.type)]
+        rename = {v.name: ctx.fresh(v.name + "_f32") for v in outer_in}
+        # outputs that are graph inputs stay the inputs themselves (float16 already)
+        outer_out = [v for v in g.outputs if v.name in out_f16 and v.name not in rename]
+        out_rename = {v.name: ctx.fresh(v.name + "_f32") for v in outer_out}
+        for old in list(out_rename):
+            if old in g.initializers:  # a constant output: its float32 copy gets the new name
+                g.initializers[out_rename[old]] = g.initializers.pop(old)
+        nodes = []
+        for v in outer_in:
+            nodes.append(Node("Cast", "", [v.name], [rename[v.name]], {"to": F32}, ctx.fresh("InputToFloat32")))
+        for n in g.nodes:
+            m = _node(n)
+            m.inputs = [rename.get(x, x) for x in m.inputs]
+            m.outputs = [out_rename.get(x, x) for x in m.outputs]
+            if rename:
+                for k, v in list(m.attrs.items()):  # subgraphs read outer values by name
+                    if isinstance(v, Graph):
+                        m.attrs[k] = _rename_outer(v, rename)
+                    elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                        m.attrs[k] = [_rename_outer(x, rename) for x in v]
+            nodes.append(m)
+        for v in outer_out:
+            src = out_rename[v.name]
+            nodes.append(Node("Cast", "", [src], [v.name], {"to": F16}, ctx.fresh("OutputToFloat16")))
+        g.nodes[:] = nodes
+        g.initializers.update(_inits(g.initializers))
+        for k, v in list(g.value_info.items()):
+            g.value_info[k] = ValueInfo(v.name, _retype(v.type), v.doc_string)
+        for old, new in list(rename.items()) + list(out_rename.items()):
+            vi = g.value_info.pop(old, None)
+            if vi is not None:
+                g.value_info[new] = ValueInfo(new, vi.type, vi.doc_string)
+        return 1
+
+
+def _rename_outer(g: Graph, rename: dict) -> Graph:
+    """Uses of renamed outer values inside a subgraph (its own names shadow them)."""
+    local = {v.name for v in g.inputs} | set(g.initializers) | {o for n in g.nodes for o in n.outputs}
+    live = {k: v for k, v in rename.items() if k not in local}
+    if not live:
+        return g
+    nodes = []
+    for n in g.nodes:
+        m = Node(n.op_type, n.domain, [live.get(x, x) for x in n.inputs], list(n.outputs), dict(n.attrs), n.name,
+                 n.doc_string)
+        for k, v in list(m.attrs.items()):
+            if isinstance(v, Graph):
+                m.attrs[k] = _rename_outer(v, live)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                m.attrs[k] = [_rename_outer(x, live) for x in v]
+        nodes.append(m)
+    outs = [ValueInfo(live.get(v.name, v.name), v.type, v.doc_string) for v in g.outputs]
+    return Graph(g.name, nodes, list(g.inputs), outs, g.initializers, g.value_info, g.doc_string,
+                 g.sparse_initializer_names)
+
+
+FP16_PASSES = [Float16ComputeInFloat32()]
+
+__all__ = ["FP16_PASSES", "Float16ComputeInFloat32"]
