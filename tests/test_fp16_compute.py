@@ -136,3 +136,28 @@ def test_saved_optimized_model_is_valid_onnx(tmp_path, level):
     x = RNG.standard_normal((3, 8)).astype(np.float16)
     np.testing.assert_array_equal(onnxpy.InferenceSession(path).run(None, {"x": x})[0],
                                   _sess(data).run(None, {"x": x})[0])
+
+
+def test_explicit_casts_to_float16_still_round():
+    """Cast(to=FLOAT16) is a rounding the model asks for: 2049 -> 2048 before the Cast to int, also at level 99 and
+    inside subgraphs."""
+    body = helper.make_graph([helper.make_node("Cast", ["f"], ["bh"], to=H),
+                              helper.make_node("Cast", ["bh"], ["bi"], to=TensorProto.INT32)], "b", [],
+                             [helper.make_tensor_value_info("bi", TensorProto.INT32, [2])])
+    nodes = [helper.make_node("Cast", ["f"], ["h"], to=H), helper.make_node("Add", ["h", "x"], ["s"]),
+             helper.make_node("Cast", ["h"], ["i"], to=TensorProto.INT32),
+             helper.make_node("If", ["c"], ["j"], then_branch=body, else_branch=body)]
+    inputs = [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("x", H, [2]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    outs = [helper.make_tensor_value_info("s", H, [2]), helper.make_tensor_value_info("i", TensorProto.INT32, [2]),
+            helper.make_tensor_value_info("j", TensorProto.INT32, [2])]
+    data = _model(nodes, inputs, outs)
+    feeds = {"f": np.array([2049.0, 3.0], np.float32), "x": np.array([0.0, 1.0], np.float16), "c": np.array(True)}
+    s = _sess(data)
+    assert _applied(s) == 1
+    got = s.run(None, feeds)
+    base = _sess(data, level=0).run(None, feeds)
+    for g_, b_ in zip(got, base):
+        assert g_.dtype == b_.dtype
+        np.testing.assert_array_equal(g_, b_)
+    assert got[1].tolist() == [2048, 3]

@@ -63,6 +63,19 @@ def _node(n: Node) -> Node:
                 {k: _attr(k, v) for k, v in n.attrs.items()}, n.name, n.doc_string)
 
 
+def _sub_nodes(g: Graph) -> list:
+    """A subgraph's retyped nodes, explicit roundings to float16 kept (see Float16ComputeInFloat32.apply)."""
+    out = []
+    for n in g.nodes:
+        m = _node(n)
+        if _is_round_to_f16(n):
+            mid = m.outputs[0] + "__onnxpy_f16"  # (subgraph-local; a name no exporter writes)
+            out.append(Node("Cast", "", list(m.inputs), [mid], {"to": F16}, (n.name or "Cast") + "_round_f16"))
+            m.inputs = [mid]
+        out.append(m)
+    return out
+
+
 def _inits(inits: dict) -> dict:
     return {k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float16 else v)
             for k, v in inits.items()}
@@ -70,12 +83,28 @@ def _inits(inits: dict) -> dict:
 
 def _graph(g: Graph) -> Graph:
     """A subgraph retyped throughout (its inputs and outputs are values of the retyped outer graph)."""
-    return Graph(g.name, [_node(n) for n in g.nodes],
+    return Graph(g.name, _sub_nodes(g),
                  [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.inputs],
                  [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.outputs],
                  _inits(g.initializers),
                  {k: ValueInfo(v.name, _retype(v.type), v.doc_string) for k, v in g.value_info.items()},
                  g.doc_string, g.sparse_initializer_names)
+
+
+def _is_round_to_f16(n: Node) -> bool:
+    return (n.op_type == "Cast" and n.domain in ("", "ai.onnx") and n.attrs.get("to") == F16 and len(n.outputs) == 1
+            and bool(n.outputs[0]))
+
+
+def _names(g: Graph) -> set:
+    """Every value name of a graph and its subgraphs (fresh names must not collide with any)."""
+    out = {v.name for v in list(g.inputs) + list(g.outputs)} | set(g.initializers) | set(g.value_info)
+    for n in g.nodes:
+        out.update(n.inputs)
+        out.update(n.outputs)
+        for sub in n.subgraphs():
+            out |= _names(sub)
+    return out
 
 
 def _walk(g: Graph):
@@ -130,15 +159,26 @@ class Float16ComputeInFloat32(Pass):
         for v in g.outputs:
             t = known.get(v.name)
             declared = v.type.elem_type if v.type is not None and v.type.kind == "tensor" else 0
+            if t is None and declared and declared != F16:
+                t = declared  # (e.g. an If's int64 output): the rewrite leaves non-float16 values as they are
             if t is None or (declared and declared != t):
                 return 0  # an output whose type cannot be told for sure: it might be float16 and must stay so
             if t == F16:
                 out_f16.add(v.name)
+        taken = _names(g)
+
+        def fresh(base):
+            while True:
+                name = ctx.fresh(base)
+                if name not in taken:
+                    taken.add(name)
+                    return name
+
         outer_in = [v for v in g.inputs if _is_f16(v.type)]
-        rename = {v.name: ctx.fresh(v.name + "_f32") for v in outer_in}
+        rename = {v.name: fresh(v.name + "_f32") for v in outer_in}
         # outputs that are graph inputs stay the inputs themselves (float16 already)
         outer_out = [v for v in g.outputs if v.name in out_f16 and v.name not in rename]
-        out_rename = {v.name: ctx.fresh(v.name + "_f32") for v in outer_out}
+        out_rename = {v.name: fresh(v.name + "_f32") for v in outer_out}
         for old in list(out_rename):
             if old in g.initializers:  # a constant output: its float32 copy gets the new name
                 g.initializers[out_rename[old]] = g.initializers.pop(old)
@@ -149,6 +189,11 @@ class Float16ComputeInFloat32(Pass):
             m = _node(n)
             m.inputs = [rename.get(x, x) for x in m.inputs]
             m.outputs = [out_rename.get(x, x) for x in m.outputs]
+            if _is_round_to_f16(n):
+                # an explicit rounding to float16 stays one: Cast to float16, then widen for the float32 graph
+                mid = fresh(m.outputs[0] + "_f16")
+                nodes.append(Node("Cast", "", list(m.inputs), [mid], {"to": F16}, ctx.fresh("RoundToFloat16")))
+                m.inputs = [mid]
             if rename:
                 for k, v in list(m.attrs.items()):  # subgraphs read outer values by name
                     if isinstance(v, Graph):
