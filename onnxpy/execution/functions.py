@@ -8,9 +8,8 @@ input type signatures, which is small).
 
 from __future__ import annotations
 
-import threading
-
 import importlib
+import threading
 
 import numpy as np
 

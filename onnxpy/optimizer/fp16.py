@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ir.model import Graph, Node, TypeInfo, ValueInfo
 from .graph_types import elem_types
+from .graph_utils import rename_uses
 from .passes import Pass
 
 F16, F32 = 10, 1
@@ -63,13 +64,14 @@ def _node(n: Node) -> Node:
                 {k: _attr(k, v) for k, v in n.attrs.items()}, n.name, n.doc_string)
 
 
-def _sub_nodes(g: Graph) -> list:
-    """A subgraph's retyped nodes, explicit roundings to float16 kept (see Float16ComputeInFloat32.apply)."""
+def _retyped_nodes(nodes, mid_name) -> list:
+    """Retyped copies of ``nodes``; an explicit rounding to float16 stays one: Cast to float16 (into
+    ``mid_name(output)``), then the node itself widens it for the float32 graph."""
     out = []
-    for n in g.nodes:
+    for n in nodes:
         m = _node(n)
         if _is_round_to_f16(n):
-            mid = m.outputs[0] + "__onnxpy_f16"  # (subgraph-local; a name no exporter writes)
+            mid = mid_name(m.outputs[0])
             out.append(Node("Cast", "", list(m.inputs), [mid], {"to": F16}, (n.name or "Cast") + "_round_f16"))
             m.inputs = [mid]
         out.append(m)
@@ -83,7 +85,8 @@ def _inits(inits: dict) -> dict:
 
 def _graph(g: Graph) -> Graph:
     """A subgraph retyped throughout (its inputs and outputs are values of the retyped outer graph)."""
-    return Graph(g.name, _sub_nodes(g),
+    # (subgraph-local intermediate names: a suffix no exporter writes)
+    return Graph(g.name, _retyped_nodes(g.nodes, lambda o: o + "__onnxpy_f16"),
                  [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.inputs],
                  [ValueInfo(v.name, _retype(v.type), v.doc_string) for v in g.outputs],
                  _inits(g.initializers),
@@ -114,18 +117,25 @@ def _walk(g: Graph):
             yield from _walk(sub)
 
 
+def _attr_has_f16(name: str, v) -> bool:
+    """Whether :func:`_attr` would change the attribute (checked without building the converted copy)."""
+    if isinstance(v, np.ndarray):
+        return v.dtype == np.float16
+    if isinstance(v, Graph):
+        return _has_f16(v)
+    if isinstance(v, list):
+        return any(_attr_has_f16(name, x) for x in v if isinstance(x, (Graph, np.ndarray)))
+    if isinstance(v, TypeInfo):
+        return _is_f16(v)
+    return name in _TYPE_ATTRS and isinstance(v, int) and not isinstance(v, bool) and v == F16
+
+
 def _has_f16(g: Graph) -> bool:
     if any(isinstance(v, np.ndarray) and v.dtype == np.float16 for v in g.initializers.values()):
         return True
     if any(_is_f16(v.type) for v in list(g.inputs) + list(g.outputs) + list(g.value_info.values())):
         return True
-    for n in g.nodes:
-        for k, v in n.attrs.items():
-            if _attr(k, v) is not v and not isinstance(v, (Graph, list)):
-                return True
-        if any(_has_f16(sub) for sub in n.subgraphs()):
-            return True
-    return False
+    return any(_attr_has_f16(k, v) for n in g.nodes for k, v in n.attrs.items())
 
 
 class Float16ComputeInFloat32(Pass):
@@ -182,25 +192,14 @@ class Float16ComputeInFloat32(Pass):
         for old in list(out_rename):
             if old in g.initializers:  # a constant output: its float32 copy gets the new name
                 g.initializers[out_rename[old]] = g.initializers.pop(old)
-        nodes = []
-        for v in outer_in:
-            nodes.append(Node("Cast", "", [v.name], [rename[v.name]], {"to": F32}, ctx.fresh("InputToFloat32")))
+        g.nodes[:] = _retyped_nodes(g.nodes, lambda o: fresh(o + "_f16"))
         for n in g.nodes:
-            m = _node(n)
-            m.inputs = [rename.get(x, x) for x in m.inputs]
-            m.outputs = [out_rename.get(x, x) for x in m.outputs]
-            if _is_round_to_f16(n):
-                # an explicit rounding to float16 stays one: Cast to float16, then widen for the float32 graph
-                mid = fresh(m.outputs[0] + "_f16")
-                nodes.append(Node("Cast", "", list(m.inputs), [mid], {"to": F16}, ctx.fresh("RoundToFloat16")))
-                m.inputs = [mid]
-            if rename:
-                for k, v in list(m.attrs.items()):  # subgraphs read outer values by name
-                    if isinstance(v, Graph):
-                        m.attrs[k] = _rename_outer(v, rename)
-                    elif isinstance(v, list) and v and isinstance(v[0], Graph):
-                        m.attrs[k] = [_rename_outer(x, rename) for x in v]
-            nodes.append(m)
+            n.outputs = [out_rename.get(x, x) for x in n.outputs]
+        for old, new in rename.items():  # (before the input Casts exist: they read the float16 inputs)
+            rename_uses(g, old, new)
+        nodes = [Node("Cast", "", [v.name], [rename[v.name]], {"to": F32}, ctx.fresh("InputToFloat32"))
+                 for v in outer_in]
+        nodes += g.nodes
         for v in outer_out:
             src = out_rename[v.name]
             nodes.append(Node("Cast", "", [src], [v.name], {"to": F16}, ctx.fresh("OutputToFloat16")))
@@ -213,27 +212,6 @@ class Float16ComputeInFloat32(Pass):
             if vi is not None:
                 g.value_info[new] = ValueInfo(new, vi.type, vi.doc_string)
         return 1
-
-
-def _rename_outer(g: Graph, rename: dict) -> Graph:
-    """Uses of renamed outer values inside a subgraph (its own names shadow them)."""
-    local = {v.name for v in g.inputs} | set(g.initializers) | {o for n in g.nodes for o in n.outputs}
-    live = {k: v for k, v in rename.items() if k not in local}
-    if not live:
-        return g
-    nodes = []
-    for n in g.nodes:
-        m = Node(n.op_type, n.domain, [live.get(x, x) for x in n.inputs], list(n.outputs), dict(n.attrs), n.name,
-                 n.doc_string)
-        for k, v in list(m.attrs.items()):
-            if isinstance(v, Graph):
-                m.attrs[k] = _rename_outer(v, live)
-            elif isinstance(v, list) and v and isinstance(v[0], Graph):
-                m.attrs[k] = [_rename_outer(x, live) for x in v]
-        nodes.append(m)
-    outs = [ValueInfo(live.get(v.name, v.name), v.type, v.doc_string) for v in g.outputs]
-    return Graph(g.name, nodes, list(g.inputs), outs, g.initializers, g.value_info, g.doc_string,
-                 g.sparse_initializer_names)
 
 
 FP16_PASSES = [Float16ComputeInFloat32()]
