@@ -18,6 +18,7 @@ from ._shape_util import NOT_CONST
 from .registry import kernel
 
 _F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 _LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _matmul = np.matmul
 
@@ -258,6 +259,41 @@ def _gemm(A, B, C, alpha, beta, transA, transB):
     return y
 
 
+def _gemm_specialize(consts, kwargs):
+    """Constant float32/float64 B (and C, a bias of 1 or N values), alpha = 1, A not transposed -- the Gemm of
+    classifier heads and of exported LSTM cells: the generic checks and transposes are done once, per plan; each
+    call is the product (the same GEMM call as the generic path) and the bias added in place."""
+    if len(consts) < 2:
+        return None
+    b = consts[1]
+    c = consts[2] if len(consts) > 2 else None
+    if type(b) is not np.ndarray or b.ndim != 2 or b.dtype not in (_F32, _F64) or c is NOT_CONST:
+        return None
+    alpha, beta = float(kwargs.get("alpha", 1.0)), float(kwargs.get("beta", 1.0))
+    transA, transB = int(kwargs.get("transA", 0)), int(kwargs.get("transB", 0))
+    if alpha != 1.0 or transA:
+        return None
+    dt = b.dtype
+    w = b.T if transB else b
+    K, N = w.shape
+    if c is not None and beta != 0.0:
+        if type(c) is not np.ndarray or c.dtype != dt or beta != 1.0 or not (
+                c.shape in ((N,), (1, N)) or c.ndim <= 2 and c.size == 1):
+            return None
+    else:
+        c = None
+
+    def run(A, B, C=None):
+        if type(A) is not np.ndarray or A.dtype != dt or A.ndim != 2 or A.shape[1] != K:
+            return _gemm(A, B, C, alpha, beta, transA, transB)
+        y = _mm_rows(A, w)
+        if c is not None:
+            y += c
+        return y
+
+    return run
+
+
 @kernel("Gemm", since=(1, 6))
 def gemm_1(A, B, C, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     return _gemm(A, B, C, alpha, beta, transA, transB)
@@ -271,6 +307,9 @@ def gemm_7(A, B, C, *, alpha=1.0, beta=1.0, transA=0, transB=0):
 @kernel("Gemm", since=(11, 13))
 def gemm_11(A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(A, B, C, alpha, beta, transA, transB)
+
+
+gemm_1.specialize = gemm_7.specialize = gemm_11.specialize = _gemm_specialize
 
 
 # --- MatMulInteger -----------------------------------------------------------------------------------------------
