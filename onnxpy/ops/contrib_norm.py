@@ -17,6 +17,7 @@ from . import _ew_math as _fast
 from ._common import F32 as _F32
 from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
+from .normalization import _EINSUM_MAX_D, _normalize_rows
 from .registry import MS_DOMAIN, kernel
 
 
@@ -29,44 +30,25 @@ def _vec(p, n: int, op: str, name: str, cd) -> np.ndarray | None:
     return p.reshape(n).astype(cd, copy=False)
 
 
-_EINSUM_MAX_D = 8192  # row sums by einsum (one SIMD pass, no temporaries) up to this width; np.mean beyond
-
-
 def _layer_norm_rows(x2: np.ndarray, eps: float, simplified: bool):
     """Normalize rows of a 2-D array; returns (y, mean, inv_std) with mean/inv_std of shape (rows, 1).
 
     ``y`` is a fresh array the caller may scale in place.
     """
+    if not simplified:
+        return _normalize_rows(x2, eps)
     D = x2.shape[1]
     if 0 < D <= _EINSUM_MAX_D and x2.shape[0]:
         t = x2.dtype.type
-        if simplified:
-            ms = np.einsum("ij,ij->i", x2, x2)[:, None]
-            ms *= t(1.0 / D)
-            ms += t(eps)
-            inv = np.sqrt(ms, out=ms)
-            np.divide(t(1), inv, out=inv)
-            return x2 * inv, np.zeros_like(inv), inv
-        mean = np.einsum("ij->i", x2)[:, None]
-        mean *= t(1.0 / D)
-        d = np.subtract(x2, mean)
-        var = np.einsum("ij,ij->i", d, d)[:, None]
-        var *= t(1.0 / D)
-        var += t(eps)
-        inv = np.sqrt(var, out=var)
+        ms = np.einsum("ij,ij->i", x2, x2)[:, None]
+        ms *= t(1.0 / D)
+        ms += t(eps)
+        inv = np.sqrt(ms, out=ms)
         np.divide(t(1), inv, out=inv)
-        d *= inv
-        return d, mean, inv
-    if simplified:
-        ms = np.mean(np.square(x2), axis=1, keepdims=True)
-        inv = 1.0 / np.sqrt(ms + x2.dtype.type(eps))
         return x2 * inv, np.zeros_like(inv), inv
-    mean = x2.mean(axis=1, keepdims=True)
-    d = x2 - mean
-    var = np.mean(np.square(d), axis=1, keepdims=True)
-    inv = 1.0 / np.sqrt(var + x2.dtype.type(eps))
-    d *= inv
-    return d, mean, inv
+    ms = np.mean(np.square(x2), axis=1, keepdims=True)
+    inv = 1.0 / np.sqrt(ms + x2.dtype.type(eps))
+    return x2 * inv, np.zeros_like(inv), inv
 
 
 def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified, donated=(), output_names=None):

@@ -59,12 +59,30 @@ def _prod(shape) -> int:
     return n
 
 
+# Rows up to this width get their sums from einsum (one SIMD pass, no temporary; ~3x faster than ``mean`` on
+# transformer rows); longer ones (InstanceNormalization planes) keep numpy's pairwise summation.
+_EINSUM_MAX_D = 8192
+
+
 def _normalize_rows(x2: np.ndarray, eps: float):
     """(x2 - mean) / sqrt(var + eps) over axis 1 of a 2-D float array; returns (normalized, mean, inv_std).
 
     The result is a fresh array that callers may modify in place.
     """
+    D = x2.shape[1]
     with np.errstate(invalid="ignore", divide="ignore"):
+        if 0 < D <= _EINSUM_MAX_D and x2.shape[0]:
+            t = x2.dtype.type
+            mean = np.einsum("ij->i", x2)[:, None]
+            mean *= t(1.0 / D)
+            d = np.subtract(x2, mean)
+            var = np.einsum("ij,ij->i", d, d)[:, None]
+            var *= t(1.0 / D)
+            var += t(eps)
+            inv = np.sqrt(var, out=var)
+            np.divide(t(1), inv, out=inv)
+            d *= inv
+            return d, mean, inv
         mean = x2.mean(axis=1, keepdims=True)
         d = x2 - mean
         buf = np.multiply(d, d)
@@ -155,6 +173,45 @@ def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1
     sd = _stash_dtype(stash_type, op)
     stat_shape = tuple(shape[:ax]) + (1,) * (x.ndim - ax)
     return y, _cast(mean.reshape(stat_shape), sd), _cast(inv.reshape(stat_shape), sd)
+
+
+def _layer_norm_specialize(consts, kwargs):
+    """Constant float32/float64 Scale (and B) over the normalized dimensions, one output: the parameters are
+    flattened once, per plan; a call is the row normalization and the two in-place affine passes of the generic
+    kernel (bit-identical), without its per-call checks."""
+    if len(consts) < 2 or int(kwargs.get("_num_outputs", 1)) > 1:
+        return None
+    scale = consts[1]
+    bias = consts[2] if len(consts) > 2 else None
+    if type(scale) is not np.ndarray or scale.dtype not in (_F32, _F64) or scale.ndim == 0:
+        return None
+    if bias is not None and (type(bias) is not np.ndarray or bias.dtype != scale.dtype or bias.shape != scale.shape):
+        return None
+    dt = scale.dtype
+    trailing = scale.shape
+    k = len(trailing)
+    axis = int(kwargs.get("axis", -1))
+    eps = float(kwargs.get("epsilon", 1e-5))
+    g = scale.reshape(1, -1)
+    b = None if bias is None else bias.reshape(1, -1)
+    D = g.shape[1]
+    generic = layer_normalization
+
+    def run(X, Scale, B=None):
+        if (type(X) is not np.ndarray or X.dtype != dt or X.ndim < k or X.shape[X.ndim - k:] != trailing
+                or not -X.ndim <= axis < X.ndim or (axis + X.ndim if axis < 0 else axis) != X.ndim - k or D == 0):
+            return generic(X, Scale, B, **kwargs)
+        shape = X.shape
+        y, _, _ = _normalize_rows(X.reshape(-1, D), eps)
+        y *= g
+        if b is not None:
+            y += b
+        return y.reshape(shape)
+
+    return run
+
+
+layer_normalization.specialize = _layer_norm_specialize
 
 
 @kernel("RMSNormalization", since=23)
