@@ -259,3 +259,90 @@ def test_preactivation_fold_near_misses(tmp_path, case):
           "relu_output_used": {"extra_use": "r"}, "grouped": {"group": 2, "M": 4}}[case]
     ops = run(tmp_path, _preact(**kw), {"x": x}, rtol=1e-5, atol=1e-5)
     assert "Max" not in ops
+
+
+def _siblings(specs, opset=18, C=6, extra=(), x_shape=(2, 6, 5, 4), concat=True):
+    """Convolutions of x, one per spec (M, bias, relu, kernel, attrs), read by one Concat (the graph output) as in
+    an Inception module, or (concat=False) each a graph output."""
+    r = np.random.default_rng(11)
+    nodes, inits, outs = [], [], []
+    for i, (M, bias, relu, k, attrs) in enumerate(specs):
+        inits.append(numpy_helper.from_array(r.standard_normal((M, C, k, k)).astype(np.float32), f"W{i}"))
+        ins = ["x", f"W{i}"]
+        if bias:
+            inits.append(numpy_helper.from_array(r.standard_normal(M).astype(np.float32), f"B{i}"))
+            ins.append(f"B{i}")
+        conv_out = f"c{i}" if relu else f"y{i}"
+        nodes.append(helper.make_node("Conv", ins, [conv_out], kernel_shape=[k, k], **attrs))
+        if relu:
+            nodes.append(helper.make_node("Relu", [conv_out], [f"y{i}"]))
+        outs.append(_vi(f"y{i}", None))
+    if concat:
+        nodes.append(helper.make_node("Concat", [f"y{i}" for i in range(len(specs))], ["cat"], axis=1))
+        outs = [_vi("cat", None)]
+    nodes += list(extra)
+    return _model(nodes, [_vi("x", list(x_shape))], outs, inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [9, 13, 18])
+@pytest.mark.parametrize("relu", [True, False])
+def test_sibling_pointwise_convs_merge(tmp_path, opset, relu):
+    """Inception's 1x1 branches: one convolution with the filters stacked, then a Split (same dot products)."""
+    specs = [(4, True, relu, 1, {}), (3, False, relu, 1, {}), (5, True, relu, 1, {})]
+    x = RNG.standard_normal((2, 6, 5, 4)).astype(np.float32)
+    ops = run(tmp_path, _siblings(specs, opset=opset), {"x": x})
+    assert ops == [("com.microsoft:FusedConv" if relu else "Conv"), "Split", "Concat"]
+    for level in (1, 2):
+        assert "Split" not in run(tmp_path, _siblings(specs, opset=opset), {"x": x}, level=level)
+
+
+def test_sibling_pointwise_convs_strided_batch_1(tmp_path):
+    specs = [(4, True, True, 1, {"strides": [2, 2]}), (2, True, True, 1, {"strides": [2, 2]})]
+    x = RNG.standard_normal((1, 6, 9, 8)).astype(np.float32)
+    ops = run(tmp_path, _siblings(specs, x_shape=(1, 6, 9, 8)), {"x": x})
+    assert ops == ["com.microsoft:FusedConv", "Split", "Concat"]
+
+
+def test_sibling_pointwise_convs_read_by_convolutions(tmp_path):
+    """A merged branch read by a 3x3 convolution (Inception's reduce -> 3x3)."""
+    specs = [(4, True, True, 1, {}), (6, True, True, 1, {})]
+    r = np.random.default_rng(5)
+    extra = [helper.make_node("Conv", ["y1", "W3"], ["z"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["y0", "z"], ["cat"], axis=1)]
+    m = _siblings(specs, extra=extra, concat=False)
+    m.graph.initializer.append(numpy_helper.from_array(r.standard_normal((3, 6, 3, 3)).astype(np.float32), "W3"))
+    del m.graph.output[:]
+    m.graph.output.append(_vi("cat", None))
+    x = RNG.standard_normal((2, 6, 5, 4)).astype(np.float32)
+    ops = run(tmp_path, m, {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops[:2] == ["com.microsoft:FusedConv", "Split"] and ops.count("Conv") == 1
+
+
+def test_sibling_pointwise_convs_only_like_ones_merge(tmp_path):
+    """Different strides, activations, kernel sizes or padding stay apart; the like ones still merge."""
+    specs = [(4, True, True, 1, {}), (3, True, False, 1, {}), (2, True, True, 3, {"pads": [1, 1, 1, 1]}),
+             (5, True, True, 1, {"strides": [2, 2]}), (2, False, True, 1, {}),
+             (3, True, True, 1, {"pads": [1, 1, 1, 1]})]
+    x = RNG.standard_normal((2, 6, 5, 4)).astype(np.float32)
+    m = _siblings(specs, concat=False)  # (shapes differ: no Concat; y0 and y4 read by one Concat below)
+    m.graph.node.append(helper.make_node("Concat", ["y0", "y4"], ["cat"], axis=1))
+    m.graph.output.append(_vi("cat", None))
+    for o in [o for o in m.graph.output if o.name in ("y0", "y4")]:
+        m.graph.output.remove(o)
+    ops = run(tmp_path, m, {"x": x})
+    assert ops.count("Split") == 1 and ops.count("Conv") + ops.count("com.microsoft:FusedConv") == 5
+
+
+@pytest.mark.parametrize("case", ["graph_output", "elementwise_reader"])
+def test_sibling_pointwise_convs_not_merged_when_views_would_cost(tmp_path, case):
+    """The Split's outputs are views: not for graph outputs, nor for element-wise readers (which could no longer
+    overwrite the convolution's output in place)."""
+    specs = [(6, True, True, 1, {}), (6, True, True, 1, {})]
+    x = RNG.standard_normal((2, 6, 5, 4)).astype(np.float32)
+    if case == "graph_output":
+        m = _siblings(specs, concat=False)
+    else:
+        m = _siblings(specs, concat=False, extra=[helper.make_node("Add", ["y0", "y1"], ["s"])])
+        del m.graph.output[:]
+        m.graph.output.append(_vi("s", None))
+    assert "Split" not in run(tmp_path, m, {"x": x})
