@@ -130,7 +130,9 @@ def test_random_ops_not_folded(tmp_path):
     assert "RandomUniform" in [n.op_type for n in saved.graph.node]
 
 
-def _ln_gelu_model(opset=13):
+def _ln_gelu_model(opset=13, half_first=False):
+    """SkipLayerNorm and GELU decomposed; ``half_first``: GELU as x * (0.5 * (1 + erf)), as torch.onnx's dynamo
+    exporter writes it, else (x * (1 + erf)) * 0.5."""
     rng = np.random.default_rng(0)
     H = 8
     inits = [numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), "gamma"),
@@ -158,18 +160,18 @@ def _ln_gelu_model(opset=13):
         helper.make_node("Div", ["h", "sqrt2"], ["hd"]),
         helper.make_node("Erf", ["hd"], ["e"]),
         helper.make_node("Add", ["e", "one"], ["e1"]),
-        helper.make_node("Mul", ["h", "e1"], ["he"]),
-        helper.make_node("Mul", ["he", "half"], ["Y"]),
-    ]
+    ] + ([helper.make_node("Mul", ["half", "e1"], ["he"]), helper.make_node("Mul", ["h", "he"], ["Y"])] if half_first
+         else [helper.make_node("Mul", ["h", "e1"], ["he"]), helper.make_node("Mul", ["he", "half"], ["Y"])])
     return _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["B", "S", H]),
                           helper.make_tensor_value_info("S", TensorProto.FLOAT, ["B", "S", H])],
                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["B", "S", H])], inits, opset=opset)
 
 
+@pytest.mark.parametrize("half_first", [False, True])
 @pytest.mark.parametrize("level", LEVELS)
-def test_layernorm_gelu_fusions(level, tmp_path):
+def test_layernorm_gelu_fusions(level, half_first, tmp_path):
     ortref = pytest.importorskip("onnxruntime")
-    model = _ln_gelu_model()
+    model = _ln_gelu_model(half_first=half_first)
     rng = np.random.default_rng(2)
     feed = {"X": rng.standard_normal((2, 5, 8)).astype(np.float32),
             "S": rng.standard_normal((2, 5, 8)).astype(np.float32)}
@@ -277,3 +279,12 @@ def test_conv_input_affine_fusion(tmp_path, group, kernel, a_shape, b_shape, wit
         np.testing.assert_allclose(sess.run(None, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
         ops = [n.op_type for n in saved.graph.node]
         assert ops == (["Conv"] if pads == [0, 0, 0, 0] else [n.op_type for n in nodes] + ["Conv"]), ops
+
+
+def test_gelu_half_first_needs_the_same_x(tmp_path):
+    """x * (0.5 * (1 + erf(x / sqrt2))) fuses only when the outer factor is the erf's own input."""
+    model = _ln_gelu_model(half_first=True)
+    last = model.graph.node[-1]
+    last.input[0] = "X"  # another tensor of the same shape
+    _, saved = _optimized(model, 2, tmp_path)
+    assert "Erf" in [n.op_type for n in saved.graph.node]

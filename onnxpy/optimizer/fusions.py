@@ -254,6 +254,11 @@ class GeluFusion(AnchoredFusion):
                 and _scalar(g, m.other_input(half_first, x)) == 0.5:  # (x * 0.5) * (1 + erf)
             last = mul1
             chain.append(half_first)
+        elif _scalar(g, other) == 0.5:  # x * (0.5 * (1 + erf))  (torch.onnx dynamo exports)
+            last = self._only_reader(m, mul1, "Mul")
+            if last is None or m.other_input(last, mul1.outputs[0]) != x:
+                return None
+            chain.append(last)
         else:
             return None
         if any(not m.single_use(n.outputs[0]) for n in chain if n is not last):
