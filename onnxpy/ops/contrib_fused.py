@@ -272,6 +272,8 @@ def _activate(y: np.ndarray, name: str, op: str, alpha=None, beta=None, gamma=No
     if name == "Tanh":
         return np.tanh(y, out=y)
     if name == "Sigmoid":
+        if y.size <= 4096 and y.ndim:  # in place, one block, no errstate: as the Sigmoid kernel's small path
+            return _fast.sigmoid_into(y, y)
         return _fast.sigmoid(y)
     if name == "LeakyRelu":
         a = t(0.01 if alpha is None else alpha)
