@@ -346,3 +346,48 @@ def test_sibling_pointwise_convs_not_merged_when_views_would_cost(tmp_path, case
         del m.graph.output[:]
         m.graph.output.append(_vi("s", None))
     assert "Split" not in run(tmp_path, m, {"x": x})
+
+
+def _pool_proj(C=8, M=3, bias=True, act="Relu", pool_attrs=None, conv_attrs=None, wshape=None, extra_use=False):
+    """AveragePool -> 1x1 Conv [-> activation], Inception's pool-projection branch."""
+    r = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(r.standard_normal(wshape or (M, C, 1, 1)).astype(np.float32), "W")]
+    conv_in = ["p", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(r.standard_normal((wshape or (M,))[0]).astype(np.float32), "B"))
+        conv_in.append("B")
+    pa = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]} if pool_attrs is None else pool_attrs
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], **pa),
+             helper.make_node("Conv", conv_in, ["c" if act else "y"], **(conv_attrs or {}))]
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    outs = [_vi("y", None)]
+    if extra_use:
+        outs.append(_vi("p", None))
+    return _model(nodes, [_vi("x", [2, C, 7, 6])], outs, inits, opset=13)
+
+
+@pytest.mark.parametrize("bias,act", [(True, "Relu"), (False, "Relu"), (True, None), (False, None)])
+@pytest.mark.parametrize("pool_attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},  # edges divide by 9: still linear
+    {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1], "ceil_mode": 1},
+])
+def test_pool_projection_swap(tmp_path, bias, act, pool_attrs):
+    x = RNG.standard_normal((2, 8, 7, 6)).astype(np.float32)
+    ops = run(tmp_path, _pool_proj(bias=bias, act=act, pool_attrs=pool_attrs), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops[:2] == ["Conv", "AveragePool"]
+    assert ops[2:] == (["Add"] if bias else []) + (["Relu"] if act else [])
+    assert "AveragePool" not in run(tmp_path, _pool_proj(bias=bias, act=act, pool_attrs=pool_attrs), {"x": x},
+                                    level=2, rtol=1e-5, atol=1e-5)[1:]
+
+
+@pytest.mark.parametrize("case", ["more_outputs", "padded_conv", "strided_conv", "pool_used_twice", "sigmoid",
+                                  "3x3_conv"])
+def test_pool_projection_swap_near_misses(tmp_path, case):
+    kw = {"more_outputs": {"M": 8}, "padded_conv": {"conv_attrs": {"pads": [1, 1, 1, 1]}, "wshape": (3, 8, 3, 3)},
+          "strided_conv": {"conv_attrs": {"strides": [2, 2]}}, "pool_used_twice": {"extra_use": True},
+          "sigmoid": {"act": "Sigmoid"}, "3x3_conv": {"wshape": (3, 8, 3, 3)}}[case]
+    x = RNG.standard_normal((2, 8, 7, 6)).astype(np.float32)
+    ops = run(tmp_path, _pool_proj(**kw), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops[0] == "AveragePool"

@@ -10,6 +10,8 @@ never run at levels 1 and 2.
   into the weights and the shift into the bias: one pass over the activations instead of three (standard ops)
 * SiblingPointwiseConvFusion: 1x1 Conv/FusedConv nodes reading the same tensor (Inception's 1x1 branches) -> one
   convolution with the filters stacked, then a Split into the original outputs (the input is packed for BLAS once)
+* PoolProjectionSwap: AveragePool -> 1x1 Conv with fewer output channels (Inception's pool projection) -> Conv ->
+  AveragePool -> Add(bias) [-> Relu]: both are linear, so they commute, and the pooling then reads fewer channels
 * ConvBatchNormFusion (not in ALL_PASSES, see below): Conv -> BatchNormalization (test mode, parameters not
   constant) [-> Relu] -> ai.onnxpy.ConvBatchNorm
 """
@@ -334,9 +336,74 @@ class SiblingPointwiseConvFusion(SweepPass):
         return True
 
 
+class PoolProjectionSwap(SweepPass):
+    """AveragePool -> unpadded stride-1 1x1 Conv/FusedConv (no activation or Relu) with fewer output than input
+    channels (Inception's pool-projection branch) -> Conv (no bias) -> AveragePool -> Add(bias) [-> Relu].
+
+    Average pooling and a 1x1 convolution are both linear and act on different axes (the pooling's divisor depends
+    on the position only), so they commute: W avgpool(x) + b = avgpool(W x) + b.  Pooled after the projection, the
+    pooling reads M channels instead of C (Inception v2: 32-128 instead of 192-576), and numpy's pooling is the slow
+    part.  Same values up to rounding (the sums are taken in another order)."""
+
+    name = "PoolProjectionSwapAll"
+    level = 99
+    anchors = ("AveragePool",)
+
+    def rewrite(self, pool, m, g, ctx):
+        if len(pool.inputs) != 1 or len(pool.outputs) != 1 or not m.single_use(pool.outputs[0]):
+            return False
+        conv = m.cons[pool.outputs[0]][0]
+        fused = conv.op_type == "FusedConv" and conv.domain == MS
+        if not (fused or _is(conv, "Conv")) or len(conv.inputs) not in (2, 3) or len(conv.outputs) != 1:
+            return False
+        if conv.inputs[0] != pool.outputs[0] or pool.outputs[0] in conv.inputs[1:]:
+            return False
+        w = g.initializers.get(conv.inputs[1])
+        b_name = conv.inputs[2] if len(conv.inputs) == 3 else ""
+        b = g.initializers.get(b_name) if b_name else None
+        if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype.kind != "f" or w.shape[0] >= w.shape[1]:
+            return False
+        if b_name and (b is None or b.shape != (w.shape[0],) or b.dtype != w.dtype):
+            return False
+        a = conv.attrs
+        if set(a) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
+            return False
+        act = a.get("activation", "")
+        act = act.decode() if isinstance(act, bytes) else act
+        ap = a.get("auto_pad", "NOTSET")
+        if (act not in ("", "Relu") or int(a.get("group", 1)) != 1 or any(int(p) for p in a.get("pads", ()))
+                or any(int(v) != 1 for v in a.get("strides", ())) or list(a.get("kernel_shape", [1, 1])) != [1, 1]
+                or (ap.decode() if isinstance(ap, bytes) else ap) not in ("NOTSET", "VALID")):
+            return False
+        out = conv.outputs[0]
+        projected, pooled = ctx.fresh(out + "_projected"), ctx.fresh(out + "_pooled")
+        new_conv = Node("Conv", "", [pool.inputs[0], conv.inputs[1]], [projected], {"kernel_shape": [1, 1]},
+                        name=ctx.fresh("PoolProjectionConv"))
+        new_pool = Node("AveragePool", pool.domain, [projected], [pooled], dict(pool.attrs),
+                        name=ctx.fresh("PoolProjectionPool"))
+        tail = []
+        last = pooled
+        if b is not None:
+            bias = ctx.fresh(b_name + "_pooled_bias")
+            g.initializers[bias] = b.reshape(1, -1, 1, 1)
+            nxt = out if act == "" else ctx.fresh(out + "_biased")
+            tail.append(Node("Add", "", [last, bias], [nxt], {}, name=ctx.fresh("PoolProjectionBias")))
+            last = nxt
+        if act == "Relu":
+            tail.append(Node("Relu", "", [last], [out], {}, name=ctx.fresh("PoolProjectionRelu")))
+        elif b is None:  # (no bias, no activation: the pooling writes the output itself)
+            new_pool.outputs = [out]
+        i = g.nodes.index(pool)
+        g.nodes[i:i + 1] = [new_conv, new_pool]
+        j = g.nodes.index(conv)
+        g.nodes[j:j + 1] = tail
+        return True
+
+
 # ConvBatchNormFusion is correct but did not pay in measurements (light_densenet121/inception_v2 ~2-4% slower,
 # shufflenet/resnet50 unchanged), so it is not part of ALL_PASSES for now
-ALL_PASSES: list = [HardSwishFusion(), HardSigmoidMulFusion(), PreActivationConvFold(), SiblingPointwiseConvFusion()]
+ALL_PASSES: list = [HardSwishFusion(), HardSigmoidMulFusion(), PreActivationConvFold(), SiblingPointwiseConvFusion(),
+                     PoolProjectionSwap()]
 
-__all__ = ["ALL_PASSES", "HardSwishFusion", "HardSigmoidMulFusion", "ConvBatchNormFusion", "PreActivationConvFold",
-           "SiblingPointwiseConvFusion"]
+__all__ = ["ALL_PASSES", "HardSwishFusion", "HardSigmoidMulFusion", "ConvBatchNormFusion", "PoolProjectionSwap",
+           "PreActivationConvFold", "SiblingPointwiseConvFusion"]
