@@ -169,6 +169,12 @@ def _conv2d_shifted(x, w, pb, pe, dilations, out_shape, B=None):
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 
 
+def _bias_keyed(wkey, B):
+    """``wkey`` for a layout that folds the bias B in: no caching, (None, None), when B is given but not part of the
+    key (a bias the caller did not pass as the constant it keyed)."""
+    return wkey if B is None or wkey[1] is not None else (None, None)
+
+
 def _stacked_weights(w, B, C):
     """Filter (M, C, KH, KW) as the tap-stacked (KH*KW*M, C + 1) matrix of ``_conv2d_stacked``: rows t*M .. t*M+M-1
     hold tap t = i*KW + j, the last column the bias on tap 0 (it multiplies the row of ones) and zeros elsewhere."""
@@ -202,8 +208,7 @@ def _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B=None, wkey=(None, None
     xp[:, :C, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
     xp[:, C] = 1
     xf = xp.reshape(N, C + 1, Lx)
-    ws = _derived(("stacked", dt.str), wkey if B is None or wkey[1] is not None else (None, None),
-                  lambda: _stacked_weights(w, None if B is None else B.astype(dt, copy=False), C))
+    ws = _derived(("stacked", dt.str), _bias_keyed(wkey, B), lambda: _stacked_weights(w, B, C))
     T = KH * KW
     offs = [i * dh * Wp + j * dw for i in range(KH) for j in range(KW)]
     n = M * Lx - max(offs)
@@ -512,7 +517,7 @@ def _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th=
         ks = [k for k, j in enumerate(order) if (j * dw) % sw == b]
         if ks:
             spans.append((b, ks[0], ks[-1] + 1))
-    wkey = wkey if (B is None or wkey[1] is not None) else (None, None)  # a bias not in the key: no caching
+    wkey = _bias_keyed(wkey, B)
     return _band_wide(x, w, B, pb, strides, dilations, out_shape, group, th, nt, thp, Wq, order, shifts, spans, wkey)
 
 

@@ -195,11 +195,13 @@ def _layer_norm_specialize(consts, kwargs):
     g = scale.reshape(1, -1)
     b = None if bias is None else bias.reshape(1, -1)
     D = g.shape[1]
+    if D == 0:
+        return None
     generic = layer_normalization
 
     def run(X, Scale, B=None):
         if (type(X) is not np.ndarray or X.dtype != dt or X.ndim < k or X.shape[X.ndim - k:] != trailing
-                or not -X.ndim <= axis < X.ndim or (axis + X.ndim if axis < 0 else axis) != X.ndim - k or D == 0):
+                or not -X.ndim <= axis < X.ndim or (axis + X.ndim if axis < 0 else axis) != X.ndim - k):
             return generic(X, Scale, B, **kwargs)
         shape = X.shape
         y, _, _ = _normalize_rows(X.reshape(-1, D), eps)

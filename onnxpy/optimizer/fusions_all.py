@@ -236,14 +236,11 @@ class PreActivationConvFold(SweepPass):
         return True
 
 
-def _pointwise_key(n, g, x):
-    """The merge key of a pointwise convolution reading ``x`` (op, activation, strides, filter dtype and input
-    channels), or None when ``n`` is not one: Conv/FusedConv with a constant (M, C, 1, 1) filter and bias, one group,
-    no padding, no Z input, one output."""
+def _pointwise_conv(n, g):
+    """(filter, bias or None, activation, activation params, strides) of a pointwise convolution: Conv/FusedConv
+    with a constant (M, C, 1, 1) float filter (and bias), one group, no padding, no Z input, one output; else None."""
     fused = n.op_type == "FusedConv" and n.domain == MS
     if not (fused or _is(n, "Conv")) or len(n.inputs) not in (2, 3) or len(n.outputs) != 1 or not n.outputs[0]:
-        return None
-    if n.inputs[0] != x or x in n.inputs[1:]:
         return None
     w = g.initializers.get(n.inputs[1])
     b = n.inputs[2] if len(n.inputs) == 3 else ""
@@ -263,8 +260,20 @@ def _pointwise_key(n, g, x):
         return None
     act = a.get("activation", "")
     act = act.decode() if isinstance(act, bytes) else act
-    return (n.op_type, n.domain, act, tuple(float(v) for v in a.get("activation_params", ())),
-            tuple(int(v) for v in a.get("strides", (1, 1))), w.dtype.str, w.shape[1])
+    return (w, bv, act, tuple(float(v) for v in a.get("activation_params", ())),
+            tuple(int(v) for v in a.get("strides", (1, 1))))
+
+
+def _pointwise_key(n, g, x):
+    """The merge key of a pointwise convolution (``_pointwise_conv``) reading ``x``: op, activation, strides,
+    filter dtype and input channels; None when ``n`` is not one."""
+    if not n.inputs or n.inputs[0] != x or x in n.inputs[1:]:
+        return None
+    pc = _pointwise_conv(n, g)
+    if pc is None:
+        return None
+    w, _, act, params, strides = pc
+    return n.op_type, n.domain, act, params, strides, w.dtype.str, w.shape[1]
 
 
 _VIEW_SAFE_READERS = frozenset({"Conv", "FusedConv", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
@@ -353,27 +362,13 @@ class PoolProjectionSwap(SweepPass):
         if len(pool.inputs) != 1 or len(pool.outputs) != 1 or not m.single_use(pool.outputs[0]):
             return False
         conv = m.cons[pool.outputs[0]][0]
-        fused = conv.op_type == "FusedConv" and conv.domain == MS
-        if not (fused or _is(conv, "Conv")) or len(conv.inputs) not in (2, 3) or len(conv.outputs) != 1:
-            return False
         if conv.inputs[0] != pool.outputs[0] or pool.outputs[0] in conv.inputs[1:]:
             return False
-        w = g.initializers.get(conv.inputs[1])
-        b_name = conv.inputs[2] if len(conv.inputs) == 3 else ""
-        b = g.initializers.get(b_name) if b_name else None
-        if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype.kind != "f" or w.shape[0] >= w.shape[1]:
+        pc = _pointwise_conv(conv, g)
+        if pc is None:
             return False
-        if b_name and (b is None or b.shape != (w.shape[0],) or b.dtype != w.dtype):
-            return False
-        a = conv.attrs
-        if set(a) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
-            return False
-        act = a.get("activation", "")
-        act = act.decode() if isinstance(act, bytes) else act
-        ap = a.get("auto_pad", "NOTSET")
-        if (act not in ("", "Relu") or int(a.get("group", 1)) != 1 or any(int(p) for p in a.get("pads", ()))
-                or any(int(v) != 1 for v in a.get("strides", ())) or list(a.get("kernel_shape", [1, 1])) != [1, 1]
-                or (ap.decode() if isinstance(ap, bytes) else ap) not in ("NOTSET", "VALID")):
+        w, b, act, _, strides = pc
+        if w.shape[0] >= w.shape[1] or act not in ("", "Relu") or any(v != 1 for v in strides):
             return False
         out = conv.outputs[0]
         projected, pooled = ctx.fresh(out + "_projected"), ctx.fresh(out + "_pooled")
@@ -384,7 +379,7 @@ class PoolProjectionSwap(SweepPass):
         tail = []
         last = pooled
         if b is not None:
-            bias = ctx.fresh(b_name + "_pooled_bias")
+            bias = ctx.fresh(conv.inputs[2] + "_pooled_bias")
             g.initializers[bias] = b.reshape(1, -1, 1, 1)
             nxt = out if act == "" else ctx.fresh(out + "_biased")
             tail.append(Node("Add", "", [last, bias], [nxt], {}, name=ctx.fresh("PoolProjectionBias")))
