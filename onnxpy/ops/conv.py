@@ -22,6 +22,7 @@ from ._spatial import (
     spatial_attr,
     windows,
 )
+from . import _blas
 from .registry import kernel
 from .winograd import winograd_conv2d
 
@@ -51,6 +52,12 @@ _WINOGRAD = True
 _WINOGRAD_MIN_C = 256
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
+# Per-tap BLAS convolution (``_conv2d_direct``) for float32 layers with at least this many input channels and
+# output positions per input channel (below that the per-tap packing of the filter dominates).
+_DIRECT = True
+_DIRECT_MIN_C = 64
+_DIRECT_MIN_RATIO = 4
+_DIRECT_BLOCK_BYTES = 1 << 20
 # Largest buffer of tap products ``_conv2d_stacked`` may use (KH*KW*M*(Hp+1)*Wp elements)
 _STACKED_MAX_BYTES = 64 << 20
 def _conv_core(x: np.ndarray, w: np.ndarray, pb, pe, strides, dilations, group: int, op: str) -> np.ndarray:
@@ -220,6 +227,53 @@ def _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B=None, wkey=(None, None
         for t in range(1, T):
             acc += y[t, offs[t]:offs[t] + n]
         out[b] = y[0].reshape(M, Lx)[:, :Ho * Wp].reshape(M, Ho, Wp)[:, :, :Wo]
+    return out
+
+
+def _tap_weights(w):
+    """Filter (M, C, KH, KW) as (KH*KW, M, C): one contiguous (M, C) matrix per tap."""
+    M, C, KH, KW = w.shape
+    return np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(KH * KW, M, C)
+
+
+def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(None, None)):
+    """Float32 2-D convolution without im2col: one BLAS GEMM per tap, accumulated in place (beta = 1).
+
+    In the flat zero-padded image (C, (Hp + 1) * Wp) the input window of tap (i, j) for all output positions is the
+    column range starting at i*dh*Wp + j*dw: a (C, Ho*Wp) view with the image's row stride, which BLAS reads
+    directly (numpy's matmul cannot take such a view without copying it, nor accumulate).  Strided convolutions
+    read the tap's stride phase (``_polyphase``) the same way.  The output rows carry the spare columns of the
+    layout, cropped at the end; output rows go in blocks whose accumulator stays in cache across the taps.
+    im2col copies KH*KW times the image and BLAS then packs that copy again; here BLAS packs each window once,
+    straight from the image (measured 0.67-0.86x the im2col path on 64-256 channel layers from 28x28 to 224x224;
+    with few positions per channel the per-tap packing of the filter dominates instead)."""
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    sh, sw = strides
+    dh, dw = dilations
+    Ho, Wo = out_shape
+    if sh == 1 and sw == 1:
+        xf, Wp = _flat_padded(x, pb, pe)
+        src = [(xf, i * dh * Wp + j * dw) for i in range(KH) for j in range(KW)]
+    else:
+        ph, Wp = _polyphase(x, pb, pe, sh, sw)
+        src = [(ph[(i * dh % sh) * sw + j * dw % sw], (i * dh // sh) * Wp + j * dw // sw)
+               for i in range(KH) for j in range(KW)]
+    wt = _derived(("taps", w.dtype.str), (wkey[0], None), lambda: _tap_weights(w))
+    # output row blocks whose accumulator stays in cache across the taps (>= 2048 columns per GEMM)
+    rows = max(1, min(Ho, max(-(-2048 // Wp), _DIRECT_BLOCK_BYTES // (M * Wp * x.dtype.itemsize))))
+    y = np.empty((M, rows * Wp), dtype=x.dtype)
+    out = np.empty((N, M, Ho, Wo), dtype=x.dtype)
+    for n in range(N):
+        for r0 in range(0, Ho, rows):
+            h = min(rows, Ho - r0)
+            yb = y[:, :h * Wp]
+            if B is not None:
+                yb[...] = B.reshape(M, 1)
+            s0 = r0 * Wp
+            for t, (a, off) in enumerate(src):
+                _blas.sgemm(wt[t], a[n, :, s0 + off:s0 + off + h * Wp], yb, 1.0 if t or B is not None else 0.0)
+            out[n, :, r0:r0 + h] = yb.reshape(M, h, Wp)[:, :, :Wo]
     return out
 
 
@@ -871,6 +925,13 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
     return run
 
 
+def _direct_ok(x, w, out_shape):
+    C = x.shape[1]
+    M = w.shape[0]
+    return (_DIRECT and x.dtype == _F32 and w.dtype == _F32 and C >= _DIRECT_MIN_C and C <= M <= 2 * C
+            and out_shape[0] * out_shape[1] >= _DIRECT_MIN_RATIO * C)
+
+
 def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
     """Fast 2-D paths (bias included) for well-formed float convolutions with non-negative pads; None when the
     case is not covered (the general path then runs, and reports any error)."""
@@ -909,6 +970,10 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
             and C >= _WINOGRAD_MIN_C and M >= 2 * _WINOGRAD_MIN_C and out_shape[0] * out_shape[1] >= 784):
         # wide 3x3 layers (VGG's 256/512-channel stages): Winograd F(2x2,3x3) does 2.25x fewer multiplications
         return winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B)
+    if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
+            and _blas.available()):
+        # 64+ channels, M in [C, 2C], many positions: per-tap BLAS GEMMs straight from the padded image
+        return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey)
     if group == 1 and strides[0] == 1 and strides[1] == 1 and KH * KW > 1 and 2 * M <= C and M <= 256:
         # few output channels (DenseNet's growth convolutions, PP-OCR's neck): one GEMM of the tap-stacked filter
         # with the flat image, then the taps' shifted sums (measured 0.64-0.71x the per-tap GEMMs; with M close to

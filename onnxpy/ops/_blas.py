@@ -1,0 +1,96 @@
+"""Direct access to the BLAS library numpy links, for what ``np.matmul`` cannot express: a GEMM that accumulates
+into its output (beta = 1) and operands that are strided views of a larger buffer (a row-major matrix with a row
+stride larger than its width, e.g. a window of a flattened zero-padded image).
+
+The ``cblas_sgemm`` entry point is looked up among the shared objects loaded in this process (the same search
+as ``execution.threads``), only under names whose integer width is known: the ``64_``-suffixed ILP64 symbols of
+OpenBLAS builds (numpy's wheels: ``scipy_cblas_sgemm64_``) take 64-bit integers, plain ``cblas_sgemm`` 32-bit
+ones.  On first use a small product is checked against numpy (a wrong binding is never used); without a usable
+library :func:`available` is False and callers keep their numpy paths.  ``ONNXPY_DIRECT_BLAS=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+__all__ = ["available", "sgemm"]
+
+_ROW_MAJOR, _NO_TRANS = 101, 111
+_NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
+          ("scipy_cblas_sgemm", ctypes.c_int32), ("cblas_sgemm", ctypes.c_int32))
+_lock = threading.Lock()
+_fn = None  # the bound function, False when there is none
+_int = None
+
+
+def _bind():
+    from ..execution.threads import _loaded_libraries
+
+    for path in _loaded_libraries():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name, itype in _NAMES:
+            f = getattr(lib, name, None)
+            if f is None:
+                continue
+            P, F, E = ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+            f.argtypes = [E, E, E, itype, itype, itype, F, P, itype, P, itype, F, P, itype]
+            f.restype = None
+            return f, itype
+    return None, None
+
+
+def _self_test(f) -> bool:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((5, 7)).astype(np.float32)
+    b = rng.standard_normal((7, 9)).astype(np.float32)
+    c = np.ones((5, 9), dtype=np.float32)
+    f(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, 5, 9, 7, 1.0, a.ctypes.data, 7, b.ctypes.data, 9, 1.0, c.ctypes.data, 9)
+    return bool(np.allclose(c, a @ b + 1, rtol=1e-5, atol=1e-5))
+
+
+def available() -> bool:
+    """True when a checked ``cblas_sgemm`` is bound."""
+    global _fn, _int
+    if _fn is None:
+        with _lock:
+            if _fn is None:
+                f = None
+                if os.environ.get("ONNXPY_DIRECT_BLAS", "1") != "0":
+                    try:
+                        f, _int = _bind()
+                        if f is not None and not _self_test(f):
+                            f = None
+                    except (OSError, AttributeError, ValueError, TypeError):
+                        f = None
+                _fn = f if f is not None else False
+    return _fn is not False
+
+
+def sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
+    """c = a @ b + beta * c for float32 2-D arrays whose last axis is contiguous and whose rows do not overlap
+    (strided row views allowed); c is written in place.  Call only when :func:`available` is True."""
+    m, k = a.shape
+    k2, n = b.shape
+    if (k2 != k or c.shape != (m, n) or a.dtype != np.float32 or b.dtype != np.float32 or c.dtype != np.float32
+            or not c.flags.writeable):
+        raise ValueError("sgemm: operands must be float32 (m, k) @ (k, n) -> writeable (m, n)")
+    lda, ldb, ldc = (_ld(x) for x in (a, b, c))
+    if m and n:
+        _fn(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, float(beta),
+            c.ctypes.data, ldc)
+
+
+def _ld(x: np.ndarray) -> int:
+    """Leading dimension (elements) of a row-major matrix view; ValueError unless BLAS can read it as one."""
+    s0, s1 = x.strides
+    rows, cols = x.shape
+    if (s1 != 4 and cols > 1) or s0 % 4 or (rows > 1 and s0 // 4 < cols):
+        raise ValueError("sgemm: a matrix needs contiguous rows that do not overlap")
+    return max(1, s0 // 4 if rows > 1 else cols)
