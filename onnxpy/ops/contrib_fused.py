@@ -17,7 +17,7 @@ from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
 from .conv import conv as _conv
-from .linalg import _gemm, _mm, _to_f32
+from .linalg import _gemm, _matmul_bias_generic, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
 
@@ -141,6 +141,52 @@ def _matmul_bias_gelu_specialize(consts, kwargs):
 
 
 matmul_bias_gelu.specialize = _matmul_bias_gelu_specialize
+
+
+@kernel("FeedForward", domain="ai.onnxpy")
+def feed_forward(A, W1, b1, W2, b2):
+    """MatMulBias(MatMulBiasGelu(A, W1, b1), W2, b2): a transformer's feed-forward block (written by the level-99
+    FeedForwardFusion, optimizer/fusions.py).  Exactly the two ops in sequence; the float32 plan-time form runs
+    the block on transposed activations (see ``_feed_forward_specialize``)."""
+    return _matmul_bias_generic(_matmul_bias_gelu_generic(A, W1, b1), W2, b2)
+
+
+def _feed_forward_specialize(consts, kwargs):
+    """Constant float32 weights and biases: the block computed on transposed activations, h^T = W1^T x^T and
+    y^T = W2^T h^T.  OpenBLAS runs these GEMMs (hidden x rows outputs) 15-25% faster than x W1 (rows x hidden) at
+    transformer shapes, and the wide intermediate h (rows x 3072 in BERT-base) is never transposed back: only x
+    (rows x 768) is transposed going in, and y coming out in the pass that adds b2.  The weights are Fortran-ordered
+    at level 99 (optimizer ``_fortran_weights``), so W^T is their C-contiguous view (no copy)."""
+    if len(consts) != 5 or any(not isinstance(c, np.ndarray) for c in consts[1:]):
+        return None
+    _, w1, c1, w2, c2 = consts
+    if (any(c.dtype != _F32 for c in (w1, c1, w2, c2)) or w1.ndim != 2 or w2.ndim != 2 or c1.shape != (w1.shape[1],)
+            or c2.shape != (w2.shape[1],) or w2.shape[0] != w1.shape[1]):
+        return None
+    w1t = np.ascontiguousarray(w1.T)  # (F, H): a view when w1 is Fortran-ordered
+    w2t = np.ascontiguousarray(w2.T)  # (H2, F)
+    c1col = c1.reshape(-1, 1)
+    H, F = w1.shape
+    H2 = w2.shape[1]
+
+    def run(A, *rest):
+        if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != H or A.size == 0 or (
+                rest[0] is not w1 or rest[1] is not c1 or rest[2] is not w2 or rest[3] is not c2):
+            return feed_forward(A, *rest)
+        rows = A.size // H
+        xt = np.ascontiguousarray(A.reshape(rows, H).T)  # (H, rows)
+        ht = np.matmul(w1t, xt)  # (F, rows)
+        ht += c1col
+        _fast.gelu_erf32(ht, ht)
+        yt = np.matmul(w2t, ht)  # (H2, rows)
+        out = np.empty((rows, H2), _F32)
+        np.add(yt.T, c2, out=out)
+        return out.reshape(A.shape[:-1] + (H2,))
+
+    return run
+
+
+feed_forward.specialize = _feed_forward_specialize
 
 
 @kernel("FastGelu", since=1, domain=MS_DOMAIN)

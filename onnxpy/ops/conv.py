@@ -928,7 +928,7 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
 def _direct_ok(x, w, out_shape):
     C = x.shape[1]
     M = w.shape[0]
-    return (_DIRECT and x.dtype == _F32 and w.dtype == _F32 and C >= _DIRECT_MIN_C and C <= M <= 2 * C
+    return (_DIRECT and x.dtype == _F32 and w.dtype == _F32 and C >= _DIRECT_MIN_C and C <= M <= 3 * C
             and out_shape[0] * out_shape[1] >= _DIRECT_MIN_RATIO * C)
 
 

@@ -177,13 +177,15 @@ def optimize(model: Model, options, kwargs=None) -> Model:
 
 
 _FORTRAN_READERS = frozenset({("ai.onnxpy", "MatMulBias"), ("ai.onnxpy", "MatMulBiasGelu")})
+_FORTRAN_FF = ("ai.onnxpy", "FeedForward")  # (its weights are inputs 1 and 3)
 _FORTRAN_MIN = 1 << 16  # elements
 
 
 def _fortran_weights(g: Graph, user: set, source: Graph) -> None:
     """Level 99 layout (like onnxruntime's weight pre-packing at that level): a large 2-D float weight that only
-    MatMulBias / MatMulBiasGelu / Gemm (transB=0) read, as their B, is stored in Fortran order -- the same values,
-    in the layout whose transpose is C-contiguous, which their GEMMs run fastest (ops/linalg.py ``matmul_w``).  The
+    MatMulBias / MatMulBiasGelu / Gemm (transB=0) read, as their B (FeedForward: either weight), is stored in
+    Fortran order -- the same values, in the layout whose transpose is C-contiguous, which their GEMMs run fastest
+    (ops/linalg.py ``matmul_w``).  The
     array replaces the original -- in the unoptimized ``source`` graph too, which shares it (equal values, so
     nothing observable changes there) -- so memory does not grow; weights a feed may override, graph outputs and
     values that subgraphs read keep their layout."""
@@ -195,14 +197,21 @@ def _fortran_weights(g: Graph, user: set, source: Graph) -> None:
                 or arr.dtype.kind != "f" or name in skip or id(arr) in user):
             continue
         rs = readers.get(name)
-        if rs and all(n.inputs[1:2] == [name] and n.inputs.count(name) == 1 and (
-                (n.domain, n.op_type) in _FORTRAN_READERS
-                or n.op_type == "Gemm" and n.domain in ("", "ai.onnx") and not n.attrs.get("transB", 0)) for n in rs):
+        if rs and all(n.inputs.count(name) == 1 and _fortran_reader(n, name) for n in rs):
             f = _fortran_copy(arr)
             g.initializers[name] = f
             if source.initializers.get(name) is arr:
                 source.initializers[name] = f
             arr = None  # (the C-ordered array is freed here, one weight at a time)
+
+
+def _fortran_reader(n, name: str) -> bool:
+    """``n`` reads ``name`` as a GEMM weight that runs fastest Fortran-ordered."""
+    key = (n.domain, n.op_type)
+    if key == _FORTRAN_FF:
+        return len(n.inputs) == 5 and name in (n.inputs[1], n.inputs[3])
+    return n.inputs[1:2] == [name] and (
+        key in _FORTRAN_READERS or n.op_type == "Gemm" and n.domain in ("", "ai.onnx") and not n.attrs.get("transB", 0))
 
 
 def _fortran_copy(a: np.ndarray) -> np.ndarray:

@@ -401,8 +401,37 @@ class MatMulBiasGeluFusion(AnchoredFusion):
         return new, [mm, bg]
 
 
+class FeedForwardFusion(AnchoredFusion):
+    """MatMulBiasGelu -> MatMulBias (a transformer's feed-forward block, the GELU output read only by the second
+    GEMM) -> ai.onnxpy.FeedForward, float32 constant weights only (level 99, after the two MatMul fusions): its
+    kernel keeps the wide intermediate in the transposed layout OpenBLAS multiplies fastest."""
+
+    name = "FeedForwardFusion"
+    level = 99
+    anchor = "MatMulBias"
+    anchor_domain = "ai.onnxpy"
+
+    def match(self, mb, m, g, ctx):
+        if len(mb.inputs) != 3 or len(mb.outputs) != 1 or _saving(ctx):
+            return None
+        up = m.producer(mb.inputs[0])
+        if up is None or up.op_type != "MatMulBiasGelu" or up.domain != "ai.onnxpy" or len(up.inputs) != 3 \
+                or not m.single_use(mb.inputs[0]):
+            return None
+        consts = [g.initializers.get(n) for n in (up.inputs[1], up.inputs[2], mb.inputs[1], mb.inputs[2])]
+        if any(not isinstance(c, np.ndarray) or c.dtype != np.float32 for c in consts):
+            return None
+        w1, b1, w2, b2 = consts
+        if w1.ndim != 2 or w2.ndim != 2 or w2.shape[0] != w1.shape[1] or b1.shape != (w1.shape[1],) \
+                or b2.shape != (w2.shape[1],):
+            return None
+        new = Node("FeedForward", "ai.onnxpy", [up.inputs[0], up.inputs[1], up.inputs[2], mb.inputs[1], mb.inputs[2]],
+                   [mb.outputs[0]], {}, name=ctx.fresh("FeedForward"))
+        return new, [up, mb]
+
+
 FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion(), MatMulBiasFusion(),
-                       MatMulBiasGeluFusion()]
+                       MatMulBiasGeluFusion(), FeedForwardFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
 __all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "SweepPass", "np"]

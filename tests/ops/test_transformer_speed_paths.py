@@ -211,7 +211,10 @@ def test_matmul_fusions_vs_unfused_and_ort(dtype, bias_first):
     mb, feeds = _ffn_model(dtype, bias_first=bias_first)
     got, s = _py(mb, feeds)
     ops = _op_types(s)
-    assert "MatMulBiasGelu" in ops and "MatMulBias" in ops and "MatMul" not in ops
+    if dtype != np.float64:  # the two fused GEMMs become one float32 FeedForward block (float16: computed in float32)
+        assert ops.count("FeedForward") == 1 and "MatMulBias" not in ops and "MatMul" not in ops
+    else:
+        assert "MatMulBiasGelu" in ops and "MatMulBias" in ops and "MatMul" not in ops and "FeedForward" not in ops
     ref, s1 = _py(mb, feeds, level=onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
     assert "MatMulBias" not in _op_types(s1) and "MatMulBiasGelu" not in _op_types(s1)
     tol = 2e-2 if dtype == np.float16 else 1e-5
@@ -336,10 +339,80 @@ def test_saved_model_leaves_matmul_fusions_out(tmp_path):
     s = onnxpy.InferenceSession(mb, so)
     y = s.run(None, feeds)[0]
     saved = onnx.load(str(tmp_path / "opt.onnx"))
-    assert not {n.op_type for n in saved.graph.node} & {"MatMulBias", "MatMulBiasGelu"}
+    assert not {n.op_type for n in saved.graph.node} & {"MatMulBias", "MatMulBiasGelu", "FeedForward"}
     np.testing.assert_allclose(_ort(saved.SerializeToString(), feeds)[0], y, rtol=1e-5, atol=1e-5)
     _, s2 = _py(mb, feeds)  # without a file to write, the session itself runs the fused ops
-    assert "MatMulBiasGelu" in _op_types(s2)
+    assert "FeedForward" in _op_types(s2)
+    _, s3 = _py(mb, feeds, disabled=("FeedForwardFusion",))
+    assert "MatMulBiasGelu" in _op_types(s3) and "FeedForward" not in _op_types(s3)
+
+
+# ------------------------------------------------------------------------------ FeedForward (level-99 FFN block)
+def _ffn_weights(h=24, f=40, h2=24, dtype=np.float32, layout="F", seed=11):
+    r = _rng(seed)
+    w1 = np.asarray((r.standard_normal((h, f)) * 0.2).astype(dtype), order=layout)
+    w2 = np.asarray((r.standard_normal((f, h2)) * 0.2).astype(dtype), order=layout)
+    b1, b2 = r.standard_normal(f).astype(dtype), r.standard_normal(h2).astype(dtype)
+    for a in (w1, w2, b1, b2):
+        a.flags.writeable = False
+    return w1, b1, w2, b2
+
+
+def _ffn_ref(a, w1, b1, w2, b2):
+    h = a.astype(np.float64) @ w1 + b1
+    return (_gelu_ref(h) @ w2 + b2)
+
+
+@pytest.mark.parametrize("a_shape", [(9, 24), (2, 7, 24), (1, 24), (1, 1, 3, 24)])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_feed_forward_specialized_vs_reference(a_shape, layout):
+    w1, b1, w2, b2 = _ffn_weights(layout=layout)
+    a = (_rng(2).standard_normal(a_shape) * 2).astype(np.float32)
+    run = cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2), {})
+    assert run is not None
+    got = run(a, w1, b1, w2, b2)
+    assert got.shape == a_shape[:-1] + (24,) and got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_allclose(got, _ffn_ref(a, w1, b1, w2, b2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, cf.feed_forward(a, w1, b1, w2, b2), rtol=1e-5, atol=1e-5)
+    assert not np.shares_memory(got, a)
+
+
+def test_feed_forward_fallbacks_and_errors():
+    w1, b1, w2, b2 = _ffn_weights()
+    run = cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2), {})
+    a = _rng(3).standard_normal((5, 24))
+    # float64 activations, a non-contiguous activation and other weights go the generic (two-op) way
+    np.testing.assert_allclose(run(a.astype(np.float32).T.copy().T, w1, b1, w2, b2),
+                               _ffn_ref(a, w1, b1, w2, b2), rtol=1e-5, atol=1e-5)
+    with pytest.raises((TypeError, ValueError)):
+        run(a, w1, b1, w2, b2)  # float64 A with float32 weights: MatMulBiasGelu's type error
+    w1b = np.ascontiguousarray(w1) * 2
+    np.testing.assert_allclose(run(a.astype(np.float32), w1b, b1, w2, b2), _ffn_ref(a, w1b, b1, w2, b2),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError):
+        run(_rng(4).standard_normal((5, 23)).astype(np.float32), w1, b1, w2, b2)  # wrong inner size
+    # no plan-time form for other types or shapes
+    w1d = w1.astype(np.float64)
+    assert cf.feed_forward.specialize((NOT_CONST, w1d, b1, w2, b2), {}) is None
+    assert cf.feed_forward.specialize((NOT_CONST, w1, b1[:-1], w2, b2), {}) is None
+    assert cf.feed_forward.specialize((NOT_CONST, w1, b1, NOT_CONST, b2), {}) is None
+
+
+def test_feed_forward_fusion_guards():
+    # the GELU output is also read elsewhere (a graph output): the two GEMMs stay apart
+    mb, feeds = _ffn_model(np.float32)
+    m = onnx.load_from_string(mb)
+    m.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, None))
+    got, s = _py(m.SerializeToString(), feeds)
+    ops = _op_types(s)
+    assert "FeedForward" not in ops and "MatMulBiasGelu" in ops
+    exp = _ort(m.SerializeToString(), feeds)
+    for g_, e_ in zip(got, exp):
+        np.testing.assert_allclose(g_, e_, rtol=1e-5, atol=1e-5)
+    # a ReLU block is not a GELU block
+    mb, feeds = _ffn_model(np.float32, gelu=False)
+    _, s = _py(mb, feeds)
+    assert "FeedForward" not in _op_types(s)
 
 
 # ------------------------------------------------------------------ Fortran-ordered constant weights (level 99)
