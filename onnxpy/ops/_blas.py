@@ -3,10 +3,12 @@ into its output (beta = 1) and operands that are strided views of a larger buffe
 stride larger than its width, e.g. a window of a flattened zero-padded image).
 
 The ``cblas_sgemm`` entry point is looked up among the shared objects loaded in this process (the same search
-as ``execution.threads``), only under names whose integer width is known: the ``64_``-suffixed ILP64 symbols of
-OpenBLAS builds (numpy's wheels: ``scipy_cblas_sgemm64_``) take 64-bit integers, plain ``cblas_sgemm`` 32-bit
-ones.  On first use a small product is checked against numpy (a wrong binding is never used); without a usable
-library :func:`available` is False and callers keep their numpy paths.  ``ONNXPY_DIRECT_BLAS=0`` turns it off.
+as ``execution.threads``), only where its integer width is known: the ``64_``-suffixed ILP64 symbols of OpenBLAS
+(numpy's wheels: ``scipy_cblas_sgemm64_``) take 64-bit integers; a plain ``cblas_sgemm`` is used only from an
+OpenBLAS whose configuration string says it was not built with 64-bit integers (other libraries -- MKL's ILP64
+layer exports the same name with 64-bit integers -- are left alone).  On first use a small product is checked
+against numpy (a wrong binding is never used); without a usable library :func:`available` is False and callers
+keep their numpy paths.  ``ONNXPY_DIRECT_BLAS=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = ["available", "sgemm"]
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
           ("scipy_cblas_sgemm", ctypes.c_int32), ("cblas_sgemm", ctypes.c_int32))
+_CONFIGS = ("scipy_openblas_get_config", "openblas_get_config")
 _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
 _int = None
@@ -37,13 +40,23 @@ def _bind():
             continue
         for name, itype in _NAMES:
             f = getattr(lib, name, None)
-            if f is None:
+            if f is None or itype is ctypes.c_int32 and not _lp64_openblas(lib):
                 continue
             P, F, E = ctypes.c_void_p, ctypes.c_float, ctypes.c_int
             f.argtypes = [E, E, E, itype, itype, itype, F, P, itype, P, itype, F, P, itype]
             f.restype = None
             return f, itype
     return None, None
+
+
+def _lp64_openblas(lib) -> bool:
+    """True for an OpenBLAS built with 32-bit integers (its configuration string lacks USE64BITINT)."""
+    for name in _CONFIGS:
+        g = getattr(lib, name, None)
+        if g is not None:
+            g.restype = ctypes.c_char_p
+            return b"USE64BITINT" not in (g() or b"USE64BITINT")
+    return False
 
 
 def _self_test(f) -> bool:

@@ -174,3 +174,17 @@ def test_direct_blas_can_be_turned_off():
     out = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "ONNXPY_DIRECT_BLAS": "0"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_plain_cblas_name_only_from_lp64_openblas():
+    """A plain ``cblas_sgemm`` (integer width not in its name) is bound only from an OpenBLAS configured without
+    64-bit integers; other libraries (MKL's ILP64 layer uses the same name) are left alone."""
+    from types import SimpleNamespace
+
+    def lib(config):
+        return SimpleNamespace(openblas_get_config=lambda: config)
+
+    assert _blas._lp64_openblas(lib(b"OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"))
+    assert not _blas._lp64_openblas(lib(b"OpenBLAS 0.3.31 USE64BITINT DYNAMIC_ARCH SkylakeX"))
+    assert not _blas._lp64_openblas(lib(None))
+    assert not _blas._lp64_openblas(SimpleNamespace())  # not OpenBLAS
