@@ -14,9 +14,11 @@ RNG = np.random.default_rng(20240917)
 
 
 def _general(fn, x, monkeypatch, **attrs):
-    """``fn`` through the general separable path (flat path off)."""
+    """``fn`` through the general separable path (flat path and AveragePool's window-matrix GEMMs off)."""
     with monkeypatch.context() as m:
         m.setattr(pool, "_FLAT_POOL", False)
+        m.setattr(pool, "_AVG_GEMM_RATIO", 0)
+        m.setattr(pool, "_AVG_GEMM_S1_RATIO", 0)
         return fn(x, **attrs)
 
 
@@ -69,8 +71,11 @@ def test_flat_maxpool_matches_general(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("include_pad", [0, 1])
-def test_flat_avgpool_matches_general(dtype, include_pad, monkeypatch):
-    """The flat path (counts divided per block) against the general path."""
+@pytest.mark.parametrize("gemm_ratio", [0, pool._AVG_GEMM_S1_RATIO])
+def test_flat_avgpool_matches_general(dtype, include_pad, gemm_ratio, monkeypatch):
+    """The flat path (counts divided per block) against the general path; with the default ratio the small stride-1
+    planes take the window-matrix GEMMs instead."""
+    monkeypatch.setattr(pool, "_AVG_GEMM_S1_RATIO", gemm_ratio)
     rng = np.random.default_rng(7 + include_pad)
     flat = 0
     for i in range(300):
