@@ -225,10 +225,46 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
     return ov
 
 
+# Additive terms at or below this drop their key from the softmax exactly: exp(score + term) is 0 in any float type for
+# every finite score up to ~1e30 (padding masks are written as -inf, finfo.min or -1e4..-1e9; only the first two
+# are at or below it, so a -10000 mask keeps the general route).
+_DROP_BELOW = -1e30
+
+
+def _drop_masked_keys(k, v, additive):
+    """(k, v, additive) without the keys a batch-1, key-only additive term ([1, 1, 1 or S, T], the same row for every
+    query, as exporters expand a padding mask) rules out (<= _DROP_BELOW):
+    they contribute exp(...) = 0 to every row, so attention over the rest is the same softmax, minus the pass that
+    adds the term and the masked keys' share of both products.  Kept keys that are a prefix (padding at the end)
+    stay views.  Unchanged when nothing or everything is masked, or when a masked key or value is not finite (its
+    NaN/inf would have reached the output through 0 * inf)."""
+    a = additive
+    if (type(a) is not np.ndarray or a.ndim != 4 or a.shape[:2] != (1, 1) or k.shape[0] != 1
+            or a.shape[3] != k.shape[2] or a.dtype.kind != "f"):
+        return k, v, additive
+    row = a[0, 0, 0]
+    if a.shape[2] > 1 and not (a[0, 0] == row).all():  # (a [1, 1, S, T] term the same for every query: key-only)
+        return k, v, additive
+    drop = row <= _DROP_BELOW
+    n_keep = k.shape[2] - int(np.count_nonzero(drop))
+    if n_keep == k.shape[2] or n_keep == 0:
+        return k, v, additive
+    if not (np.isfinite(k[:, :, drop]).all() and np.isfinite(v[:, :, drop]).all()):
+        return k, v, additive
+    if not drop[:n_keep].any():  # padding at the end: views
+        k, v, rest = k[:, :, :n_keep], v[:, :, :n_keep], row[:n_keep]
+    else:
+        keep = ~drop
+        k, v, rest = k[:, :, keep], v[:, :, keep], row[keep]
+    return k, v, (rest.reshape(1, 1, 1, n_keep) if rest.any() else None)
+
+
 def _mha_core(q, k, v, scale, additive=None, causal_past=None, want_qk=False):
     """q [B,N,S,H], k/v [B,Nk,T,*] in the compute dtype -> (output [B,N,S,Hv], pre-softmax scores or None)."""
     if not want_qk and q.shape[1] == k.shape[1] and (causal_past is None or np.ndim(causal_past) == 0) \
             and q.size and k.size and v.size:
+        if causal_past is None and additive is not None:
+            k, v, additive = _drop_masked_keys(k, v, additive)
         return _mha_core_t(q, k, v, scale, additive, causal_past), None
     s = _scores(q, k, scale)
     if additive is not None:

@@ -297,16 +297,80 @@ def test_mha_vs_ort_bert_shape():
     q, k, v = [r.standard_normal((B, S, N * H)).astype(np.float32) for _ in range(3)]
     mask = np.zeros((1, 1, S, S), np.float32)
     mask[..., 20:] = -10000
+    mb, feeds = _mha_model(q, k, v, mask, N)
+    got, _ = _py(mb, feeds)
+    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def _mha_model(q, k, v, mask, n):
+    """A one-node MultiHeadAttention model (attention_bias input) and its feeds."""
     names = ["q", "k", "v", "", "", "m"]
-    node = helper.make_node("MultiHeadAttention", names, ["y"], domain=MS, num_heads=N)
+    node = helper.make_node("MultiHeadAttention", names, ["y"], domain=MS, num_heads=n)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info(nm, 1, list(a.shape))
                                         for nm, a in zip(("q", "k", "v", "m"), (q, k, v, mask))],
                           [helper.make_tensor_value_info("y", 1, None)])
     mb = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
                            ir_version=9).SerializeToString()
-    feeds = {"q": q, "k": k, "v": v, "m": mask}
-    got, _ = _py(mb, feeds)
-    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-5)
+    return mb, {"q": q, "k": k, "v": v, "m": mask}
+
+
+# ------------------------------------------------------------------------------ MHA: masked keys left out
+_FMIN = float(np.finfo(np.float32).min)
+
+
+def _mha_all_keys(q, k, v, mask, n, monkeypatch):
+    with monkeypatch.context() as mp:
+        mp.setattr(ct, "_DROP_BELOW", np.nan)  # (no entry compares <= NaN: every key attended)
+        return _mha(q, k, v, mask, n)
+
+
+@pytest.mark.parametrize("case", ["suffix", "scattered", "kept_bias", "one_row", "query_rows_differ", "neg_10000",
+                                  "all_masked", "nan_masked_key", "inf_masked_value", "batch2"])
+def test_mha_drops_masked_keys_exactly(case, monkeypatch):
+    """A batch-1 key-only additive term of finfo.min / -inf entries: the masked keys are left out of the softmax
+    (exp would give 0 for them), with the same result as attending over all keys; the cases that must not drop
+    (query-dependent terms, -10000, everything masked, a non-finite masked key or value, batch > 1) agree too."""
+    r = _rng(12)
+    B, S, N, H = (2 if case == "batch2" else 1), 10, 3, 4
+    q, k, v = [r.standard_normal((B, S, N * H)).astype(np.float32) for _ in range(3)]
+    mask = np.zeros((1, 1, S, S), np.float32)
+    mask[..., 7:] = _FMIN
+    if case == "scattered":
+        mask[..., [1, 4]] = -np.inf
+    elif case == "kept_bias":
+        mask[..., :7] = r.standard_normal(7).astype(np.float32)
+    elif case == "query_rows_differ":
+        mask[0, 0, 3, 2] = _FMIN
+    elif case == "neg_10000":
+        mask[..., 7:] = -10000
+    elif case == "all_masked":
+        mask[...] = _FMIN
+    elif case == "nan_masked_key":
+        k[0, 8, 1] = np.nan
+    elif case == "inf_masked_value":
+        v[0, 9, 0] = np.inf
+    kept = []
+    orig = ct._drop_masked_keys
+    monkeypatch.setattr(ct, "_drop_masked_keys", lambda *a: kept.append(orig(*a)[0].shape[2]) or orig(*a))
+    if case == "one_row":  # a 2-D key padding mask with a finfo.min filter value: a [1, 1, 1, T] term
+        kpm = np.array([[1] * 7 + [0] * 3], np.int32)
+        run = lambda: ct.multi_head_attention(q, k, v, None, kpm, None, num_heads=N, mask_filter_value=_FMIN,  # noqa: E731
+                                              _output_names=("y",))
+        got = run()
+        monkeypatch.setattr(ct, "_drop_masked_keys", orig)
+        monkeypatch.setattr(ct, "_DROP_BELOW", np.nan)
+        want = run()
+    else:
+        got = _mha(q, k, v, mask, N)
+        monkeypatch.setattr(ct, "_drop_masked_keys", orig)
+        want = _mha_all_keys(q, k, v, mask, N, monkeypatch)
+    dropped = case in ("suffix", "scattered", "kept_bias", "one_row")
+    assert kept == ([7 - 2 * (case == "scattered")] if dropped else [S] * len(kept))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, equal_nan=True)
+    if case == "suffix":  # (and onnxruntime, which attends over every key)
+        mb, feeds = _mha_model(q, k, v, mask, N)
+        np.testing.assert_allclose(got, _ort(mb, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
