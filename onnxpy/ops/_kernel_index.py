@@ -23,7 +23,7 @@ FILES = {
     'contrib_text.py': 3801658225,
     'contrib_transformer.py': 1807896928,
     'control_flow.py': 569346420,
-    'conv.py': 2266345885,
+    'conv.py': 2187067367,
     'detection.py': 798962701,
     'elementwise.py': 2292006739,
     'image.py': 3216886901,

@@ -972,7 +972,7 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
         return winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
             and _blas.available()):
-        # 64+ channels, M in [C, 2C], many positions: per-tap BLAS GEMMs straight from the padded image
+        # 64+ channels, C <= M <= 3C, many positions: per-tap BLAS GEMMs straight from the padded image
         return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey)
     if group == 1 and strides[0] == 1 and strides[1] == 1 and KH * KW > 1 and 2 * M <= C and M <= 256:
         # few output channels (DenseNet's growth convolutions, PP-OCR's neck): one GEMM of the tap-stacked filter
