@@ -27,7 +27,6 @@ _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_
 _CONFIGS = ("scipy_openblas_get_config", "openblas_get_config")
 _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
-_int = None
 
 
 def _bind():
@@ -45,8 +44,8 @@ def _bind():
             P, F, E = ctypes.c_void_p, ctypes.c_float, ctypes.c_int
             f.argtypes = [E, E, E, itype, itype, itype, F, P, itype, P, itype, F, P, itype]
             f.restype = None
-            return f, itype
-    return None, None
+            return f
+    return None
 
 
 def _lp64_openblas(lib) -> bool:
@@ -70,14 +69,14 @@ def _self_test(f) -> bool:
 
 def available() -> bool:
     """True when a checked ``cblas_sgemm`` is bound."""
-    global _fn, _int
+    global _fn
     if _fn is None:
         with _lock:
             if _fn is None:
                 f = None
                 if os.environ.get("ONNXPY_DIRECT_BLAS", "1") != "0":
                     try:
-                        f, _int = _bind()
+                        f = _bind()
                         if f is not None and not _self_test(f):
                             f = None
                     except (OSError, AttributeError, ValueError, TypeError):

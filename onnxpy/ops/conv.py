@@ -187,7 +187,7 @@ def _stacked_weights(w, B, C):
     hold tap t = i*KW + j, the last column the bias on tap 0 (it multiplies the row of ones) and zeros elsewhere."""
     M, _, KH, KW = w.shape
     ws = np.zeros((KH * KW, M, C + 1), dtype=w.dtype)
-    ws[:, :, :C] = w.transpose(2, 3, 0, 1).reshape(KH * KW, M, C)
+    ws[:, :, :C] = _tap_weights(w)
     if B is not None:
         ws[0, :, C] = B
     return ws.reshape(KH * KW * M, C + 1)
@@ -257,8 +257,7 @@ def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(No
         src = [(xf, i * dh * Wp + j * dw) for i in range(KH) for j in range(KW)]
     else:
         ph, Wp = _polyphase(x, pb, pe, sh, sw)
-        src = [(ph[(i * dh % sh) * sw + j * dw % sw], (i * dh // sh) * Wp + j * dw // sw)
-               for i in range(KH) for j in range(KW)]
+        src = [(ph[p], qi * Wp + qj) for p, qi, qj in _phase_taps(KH, KW, strides, dilations)]
     wt = _derived(("taps", w.dtype.str), (wkey[0], None), lambda: _tap_weights(w))
     # output row blocks whose accumulator stays in cache across the taps (>= 2048 columns per GEMM)
     rows = max(1, min(Ho, max(-(-2048 // Wp), _DIRECT_BLOCK_BYTES // (M * Wp * x.dtype.itemsize))))
@@ -308,6 +307,19 @@ def _polyphase(x, pb, pe, sh, sw):
             nc = (W - 1 - c0) // sw + 1
             ph[a, b, :, :, q0:q0 + nr, p0:p0 + nc] = x[:, :, r0::sh, c0::sw]
     return ph.reshape(sh * sw, N, C, Hq * Wq), Wq
+
+
+def _phase_taps(KH, KW, strides, dilations):
+    """Kernel taps (row-major) as (phase, qi, qj) of the ``_polyphase`` split: tap (i, j) reads phase
+    p = (i*dh % sh) * sw + (j*dw % sw) at row offset qi = i*dh // sh and column offset qj = j*dw // sw."""
+    (sh, sw), (dh, dw) = strides, dilations
+    taps = []
+    for i in range(KH):
+        qi, a = divmod(i * dh, sh)
+        for j in range(KW):
+            qj, b = divmod(j * dw, sw)
+            taps.append((a * sw + b, qi, qj))
+    return taps
 
 
 def _gemm_layout(w, B, group, wkey, P):
@@ -375,7 +387,6 @@ def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(No
     Mg = M // group
     Ho, Wo = out_shape
     sh, sw = strides
-    dh, dw = dilations
     dt = x.dtype
     T = KH * KW
     P = Ho * Wo
@@ -397,12 +408,7 @@ def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(No
         phases, Wq = _polyphase(x, pb, pe, sh, sw)
         Hq = phases.shape[-1] // Wq
         phases = phases.reshape(sh * sw, N, C, Hq, Wq)
-        taps = []
-        for i in range(KH):
-            qi, a = divmod(i * dh, sh)
-            for j in range(KW):
-                qj, b = divmod(j * dw, sw)
-                taps.append((a * sw + b, qi, qj))
+        taps = _phase_taps(KH, KW, strides, dilations)
     for n in range(N):
         for r0 in range(0, Ho, rows):
             r1 = min(Ho, r0 + rows)
@@ -649,30 +655,24 @@ def _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B=N
     M, _, KH, KW = w.shape
     Mg = M // group
     sh, sw = strides
-    dh, dw = dilations
     Ho, Wo = out_shape
     dt = x.dtype
     ph, Wq = _polyphase(x, pb, pe, sh, sw)
-    ph = ph.reshape(sh, sw, N, group, 1, ph.shape[-1])
+    ph = ph.reshape(sh * sw, N, group, 1, ph.shape[-1])
     L = Ho * Wq
-    wg = w.reshape(group, Mg, KH, KW)
+    wg = w.reshape(group, Mg, KH * KW)
     acc = np.empty((N, group, Mg, L), dtype=dt)
     step = max(1, _DW_BLOCK_BYTES // max(1, Mg * L * dt.itemsize))
     tmp = np.empty((min(step, group), Mg, L), dtype=dt)
-    taps = []
-    for i in range(KH):
-        qi, ai = divmod(i * dh, sh)
-        for j in range(KW):
-            qj, bj = divmod(j * dw, sw)
-            taps.append((ai, bj, qi * Wq + qj, i, j))
+    taps = [(p, qi * Wq + qj) for p, qi, qj in _phase_taps(KH, KW, strides, dilations)]
     for b in range(N):
         for g0 in range(0, group, step):
             g1 = min(group, g0 + step)
             a = acc[b, g0:g1]
             t = tmp[:g1 - g0]
-            for k, (ai, bj, off, i, j) in enumerate(taps):
-                src = ph[ai, bj, b, g0:g1, :, off:off + L]
-                coef = wg[g0:g1, :, i, j:j + 1]  # (g, Mg, 1)
+            for k, (p, off) in enumerate(taps):
+                src = ph[p, b, g0:g1, :, off:off + L]
+                coef = wg[g0:g1, :, k:k + 1]  # (g, Mg, 1)
                 if k == 0:
                     np.multiply(src, coef, out=a)
                 else:

@@ -187,6 +187,11 @@ _AVG_GEMM_RATIO = 24
 _AVG_GEMM_S1_RATIO = 10
 
 
+def _gemm_sized(shape, ks, ratio) -> bool:
+    """A 2-D pooling whose image is at most ``ratio`` times the kernel along both axes (window-matrix GEMM size)."""
+    return len(ks) == 2 and shape[2] <= ratio * ks[0] and shape[3] <= ratio * ks[1]
+
+
 @functools.lru_cache(maxsize=256)
 def _avg_matrices(in_shape, ks, st, dl, pb, pe, out, include_pad, dtype):
     """(SH (Ho, H), SW (W, Wo)) with SH[r, h] = 1 / count_h(r) for the rows h of window r (likewise SW), so that
@@ -484,15 +489,14 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
     if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):  # (ShuffleNet's final 7x7 pooling): GlobalAveragePool
         return global_average_pool(X)
-    small = len(ks) == 2 and X.shape[2] <= _AVG_GEMM_S1_RATIO * ks[0] and X.shape[3] <= _AVG_GEMM_S1_RATIO * ks[1]
+    small = _gemm_sized(X.shape, ks, _AVG_GEMM_S1_RATIO)
     if _FLAT_POOL and max(ks) <= 3 and not small and _flat_ok(X.shape[2:], ks, st, dl, pb, pe, out):  # (larger: GEMMs)
         div = _avg_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
                            bool(count_include_pad), x.dtype.str, _flat_block(x.shape, x.dtype))
         # (edge positions combine neighbouring rows before they are rewritten; undefined positions are read too)
         with np.errstate(invalid="ignore", over="ignore"):
             return _pool2d_s1(x, ks, dl, pb, out, np.add, div).astype(X.dtype, copy=False)
-    if (len(ks) == 2 and X.shape[2] <= _AVG_GEMM_RATIO * ks[0] and X.shape[3] <= _AVG_GEMM_RATIO * ks[1]
-            and prod(out) > 0):
+    if _gemm_sized(X.shape, ks, _AVG_GEMM_RATIO) and prod(out) > 0:
         res = _avg_pool2d_gemm(x, ks, st, dl, pb, pe, out, bool(count_include_pad))
         if res is not None:
             return res.astype(X.dtype, copy=False)

@@ -62,6 +62,22 @@ def single_node(op, inputs, outputs=1, *, opsets, domain=None, inits=(), shapes=
     return m, feeds
 
 
+def param_model(op, fed, params, *, const, outputs=("Y",), opset=17, ir_version=8, **attrs):
+    """A one-node model whose first input ``fed`` (a name) is an untyped-shape graph input and whose ``params``
+    ({name: array}, in input order) are initializers when ``const`` (what plan-time specialisation sees) or shaped
+    graph inputs otherwise (the generic kernel, fed at run time); the serialized bytes."""
+    elem = from_numpy(next(iter(params.values())).dtype)
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in params.items()]
+    vis = [helper.make_tensor_value_info(fed, elem, None)]
+    if not const:
+        vis += [helper.make_tensor_value_info(i.name, elem, list(i.dims)) for i in inits]
+    g = helper.make_graph([helper.make_node(op, [fed, *params], list(outputs), **attrs)], "g", vis,
+                          [helper.make_tensor_value_info(o, elem, None) for o in outputs], inits if const else [])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir_version
+    return m.SerializeToString()
+
+
 def _bytes(model):
     return model if isinstance(model, bytes) else model.SerializeToString()
 

@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
+from _oracle import param_model
 
 RNG = np.random.default_rng(5)
 
 
-def _model(b, c, attrs, const, dtype, opset=13):
-    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
-    ins = ["A", "B"] + (["C"] if c is not None else [])
-    inits = [numpy_helper.from_array(b, "B")] + ([numpy_helper.from_array(c, "C")] if c is not None else [])
-    vis = [helper.make_tensor_value_info("A", elem, None)]
-    if not const:
-        vis += [helper.make_tensor_value_info(i.name, elem, list(i.dims)) for i in inits]
-    g = helper.make_graph([helper.make_node("Gemm", ins, ["Y"], **attrs)], "g", vis,
-                          [helper.make_tensor_value_info("Y", elem, None)], inits if const else [])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return onnxpy.InferenceSession(m.SerializeToString())
+def _model(b, c, attrs, const, opset=13):
+    params = {"B": b, **({"C": c} if c is not None else {})}
+    return onnxpy.InferenceSession(param_model("Gemm", "A", params, const=const, opset=opset, **attrs))
 
 
 def _step_fn(sess):
@@ -47,8 +38,8 @@ CASES = [  # M, K, N, C shape (None: no C), attrs
 def test_gemm_specialised_equals_generic(m, k, n, c_shape, attrs, dtype):
     b = RNG.standard_normal((n, k) if attrs.get("transB") else (k, n)).astype(dtype)
     c = None if c_shape is None else RNG.standard_normal(c_shape).astype(dtype)
-    fast = _model(b, c, attrs, True, dtype)
-    generic = _model(b, c, attrs, False, dtype)
+    fast = _model(b, c, attrs, True)
+    generic = _model(b, c, attrs, False)
     assert _step_fn(fast).startswith("_gemm_specialize")
     a = RNG.standard_normal((m, k)).astype(dtype)
     got = fast.run(None, {"A": a})[0]
@@ -67,7 +58,7 @@ def test_gemm_cases_left_to_the_generic_kernel(attrs, c_shape):
     """alpha != 1, transposed A, beta not in {0, 1} and a full-size C are not specialised (same results anyway)."""
     b = RNG.standard_normal((7, 6)).astype(np.float32)
     c = RNG.standard_normal(c_shape).astype(np.float32)
-    sess = _model(b, c, attrs, True, np.float32)
+    sess = _model(b, c, attrs, True)
     assert not _step_fn(sess).startswith("_gemm_specialize")
     a = RNG.standard_normal((7, 5) if attrs.get("transA") else (5, 7)).astype(np.float32)
     a2 = a.T if attrs.get("transA") else a
@@ -79,7 +70,7 @@ def test_gemm_specialised_falls_back_for_other_inputs():
     """A of another shape or type reaches the generic kernel, which reports it as before."""
     b = RNG.standard_normal((16, 8)).astype(np.float32)
     c = RNG.standard_normal(8).astype(np.float32)
-    sess = _model(b, c, {}, True, np.float32)
+    sess = _model(b, c, {}, True)
     with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail, match="incompatible shapes"):
         sess.run(None, {"A": RNG.standard_normal((2, 15)).astype(np.float32)})
     with pytest.raises(Exception, match="(?i)type|float"):
@@ -92,7 +83,7 @@ def test_gemm_specialised_falls_back_for_other_inputs():
 def test_gemm_specialised_opset_7():
     b = RNG.standard_normal((16, 8)).astype(np.float32)
     c = RNG.standard_normal(8).astype(np.float32)
-    fast = _model(b, c, {}, True, np.float32, opset=7)
-    generic = _model(b, c, {}, False, np.float32, opset=7)
+    fast = _model(b, c, {}, True, opset=7)
+    generic = _model(b, c, {}, False, opset=7)
     a = RNG.standard_normal((3, 16)).astype(np.float32)
     assert np.array_equal(fast.run(None, {"A": a})[0], generic.run(None, {"A": a, "B": b, "C": c})[0])

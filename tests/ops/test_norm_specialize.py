@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
+from _oracle import param_model
 from onnxpy.capi.onnxruntime_pybind11_state import Fail
 
 RNG = np.random.default_rng(3)
 
 
-def _model(scale, bias, attrs, const, dtype, outputs=1):
-    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
-    ins = ["X", "S"] + (["B"] if bias is not None else [])
-    inits = [numpy_helper.from_array(scale, "S")] + ([numpy_helper.from_array(bias, "B")] if bias is not None else [])
-    vis = [helper.make_tensor_value_info("X", elem, None)]
-    if not const:
-        vis += [helper.make_tensor_value_info(i.name, elem, list(i.dims)) for i in inits]
-    outs = ["Y", "Mean", "InvStd"][:outputs]
-    g = helper.make_graph([helper.make_node("LayerNormalization", ins, outs, **attrs)], "g", vis,
-                          [helper.make_tensor_value_info(o, elem, None) for o in outs], inits if const else [])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return onnxpy.InferenceSession(m.SerializeToString())
+def _model(scale, bias, attrs, const, outputs=1):
+    params = {"S": scale, **({"B": bias} if bias is not None else {})}
+    return onnxpy.InferenceSession(param_model("LayerNormalization", "X", params, const=const,
+                                               outputs=["Y", "Mean", "InvStd"][:outputs], **attrs))
 
 
 def _specialised(sess):
@@ -48,8 +39,8 @@ CASES = [  # x shape, scale shape, attrs
 def test_layer_norm_specialised_equals_generic(x_shape, s_shape, attrs, with_bias, dtype):
     scale = RNG.standard_normal(s_shape).astype(dtype)
     bias = RNG.standard_normal(s_shape).astype(dtype) if with_bias else None
-    fast = _model(scale, bias, attrs, True, dtype)
-    generic = _model(scale, bias, attrs, False, dtype)
+    fast = _model(scale, bias, attrs, True)
+    generic = _model(scale, bias, attrs, False)
     assert _specialised(fast) and not _specialised(generic)
     x = (RNG.standard_normal(x_shape) * 3 + 1).astype(dtype)
     got = fast.run(None, {"X": x})[0]
@@ -67,17 +58,17 @@ def test_layer_norm_specialised_equals_generic(x_shape, s_shape, attrs, with_bia
 
 def test_layer_norm_not_specialised_for_stats_outputs_or_mismatched_axis():
     scale = RNG.standard_normal(8).astype(np.float32)
-    assert not _specialised(_model(scale, None, {}, True, np.float32, outputs=3))
+    assert not _specialised(_model(scale, None, {}, True, outputs=3))
     # axis 1 of a 3-D input with an (8,) Scale (broadcast over the normalized (3, 8)): the generic kernel's case
-    fast = _model(scale, None, {"axis": 1}, True, np.float32)
-    generic = _model(scale, None, {"axis": 1}, False, np.float32)
+    fast = _model(scale, None, {"axis": 1}, True)
+    generic = _model(scale, None, {"axis": 1}, False)
     x = RNG.standard_normal((2, 3, 8)).astype(np.float32)
     assert np.array_equal(fast.run(None, {"X": x})[0], generic.run(None, {"X": x, "S": scale})[0])
 
 
 def test_layer_norm_specialised_falls_back_to_the_generic_errors():
     scale = RNG.standard_normal(8).astype(np.float32)
-    sess = _model(scale, scale, {}, True, np.float32)
+    sess = _model(scale, scale, {}, True)
     assert _specialised(sess)
     with pytest.raises(Fail, match="Scale"):
         sess.run(None, {"X": RNG.standard_normal((2, 7)).astype(np.float32)})  # 7 features for an 8-wide Scale
