@@ -391,3 +391,122 @@ def test_pool_projection_swap_near_misses(tmp_path, case):
     x = RNG.standard_normal((2, 8, 7, 6)).astype(np.float32)
     ops = run(tmp_path, _pool_proj(**kw), {"x": x}, rtol=1e-5, atol=1e-5)
     assert ops[0] == "AveragePool"
+
+
+# ------------------------------------------------------------------------------------------- ConvConcatFusion
+def _fire(C=6, M1=4, M3=5, x_shape=(1, 6, 7, 6), act="Relu", act2=None, attrs1=None, attrs3=None, bias=(True, True),
+          extra=None, outputs=("cat",), axis=1, other_input=False):
+    """SqueezeNet's fire expand: 1x1 and 3x3 convolutions of one tensor, each [-> activation], -> Concat."""
+    r = np.random.default_rng(11)
+    inits, nodes = [], []
+    for i, (k, M, a, b) in enumerate(((1, M1, attrs1, bias[0]), (3, M3, attrs3, bias[1]))):
+        cg = C // (a or {}).get("group", 1)
+        inits.append(numpy_helper.from_array(r.standard_normal((M, cg, k, k)).astype(np.float32), f"W{i}"))
+        ins = ["x2" if other_input and i else "x", f"W{i}"]
+        if b:
+            inits.append(numpy_helper.from_array(r.standard_normal(M).astype(np.float32), f"B{i}"))
+            ins.append(f"B{i}")
+        kw = {"kernel_shape": [k, k], "pads": [k // 2] * 4} if a is None else a
+        a_i = act if i == 0 or act2 is None else act2
+        nodes.append(helper.make_node("Conv", ins, [f"c{i}" if a_i else f"y{i}"], **kw))
+        if a_i:
+            nodes.append(helper.make_node(a_i, [f"c{i}"], [f"y{i}"]))
+    nodes.append(helper.make_node("Concat", ["y0", "y1"], ["cat"], axis=axis))
+    nodes += extra or []
+    inputs = [_vi("x", list(x_shape))] + ([_vi("x2", list(x_shape))] if other_input else [])
+    return _model(nodes, inputs, [_vi(o, None) for o in outputs], inits, opset=13)
+
+
+@pytest.mark.parametrize("act", ["Relu", "", "Sigmoid"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_conv_concat_fuses_fire_modules(tmp_path, act, batch):
+    """The convolutions write their channel ranges of one output: same values as the Concat of the two."""
+    x = RNG.standard_normal((batch, 6, 7, 6)).astype(np.float32)
+    ops = run(tmp_path, _fire(x_shape=(batch, 6, 7, 6), act=act), {"x": x}, rtol=1e-5, atol=1e-5)
+    assert ops == ["ai.onnxpy:ConvConcat"]
+    for level in (1, 2):
+        assert "ai.onnxpy:ConvConcat" not in run(tmp_path, _fire(act=act), {"x": x[:1]}, level=level)
+
+
+def test_conv_concat_strided_dilated_grouped_unbiased_and_two_inputs(tmp_path):
+    a1 = {"kernel_shape": [1, 1], "strides": [2, 2]}
+    a3 = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [2, 2, 2, 2], "dilations": [2, 2], "group": 2}
+    m = _fire(C=6, M1=4, M3=6, x_shape=(2, 6, 9, 8), attrs1=a1, attrs3=a3, bias=(False, True), other_input=True)
+    x, x2 = (RNG.standard_normal((2, 6, 9, 8)).astype(np.float32) for _ in range(2))
+    assert run(tmp_path, m, {"x": x, "x2": x2}, rtol=1e-5, atol=1e-5) == ["ai.onnxpy:ConvConcat"]
+
+
+@pytest.mark.parametrize("case", ["act_differs", "member_graph_output", "member_read_twice", "axis", "valid_mismatch"])
+def test_conv_concat_not_fused(tmp_path, case):
+    x = RNG.standard_normal((1, 6, 7, 6)).astype(np.float32)
+    if case == "act_differs":
+        m = _fire(act2="Sigmoid")
+    elif case == "member_graph_output":
+        m = _fire(outputs=("cat", "y0"))
+    elif case == "member_read_twice":
+        m = _fire(extra=[helper.make_node("Add", ["y1", "y1"], ["s"])], outputs=("cat", "s"))
+    elif case == "axis":
+        m = _fire(M1=5, attrs1={"kernel_shape": [1, 1]}, axis=2)  # (same channels: an axis-2 Concat is valid)
+    else:  # unpadded 3x3 next to a 1x1: the shapes differ and the Concat reports it, fused or not
+        m = _fire(attrs3={"kernel_shape": [3, 3]})
+        with pytest.raises(Exception, match="Concat"):
+            onnxpy.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+        return
+    assert "ai.onnxpy:ConvConcat" not in run(tmp_path, m, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_concat_kernel_matches_generic_and_reports_errors():
+    """The plan-time kernel against the generic one (float32 / float64, every member path), and the errors."""
+    from onnxpy.ops import contrib_fused as cf
+    from onnxpy.ops._shape_util import NOT_CONST
+
+    r = np.random.default_rng(3)
+    for dt in (np.float32, np.float64):
+        ws = [r.standard_normal(s).astype(dt) for s in ((4, 6, 1, 1), (5, 6, 3, 3), (6, 1, 3, 3))]
+        bs = [r.standard_normal(4).astype(dt), None, r.standard_normal(6).astype(dt)]
+        kw = {"activation": "LeakyRelu", "activation_params": [0.1], "pads": [0] * 4 + [1] * 4 + [1] * 4,
+              "strides": [1] * 6, "dilations": [1] * 6, "groups": [1, 1, 6]}
+        consts = [v for w, b in zip(ws, bs) for v in (NOT_CONST, w, b)]
+        fast = cf.conv_concat.specialize(consts, kw)
+        assert fast is not None
+        for n in (1, 3):
+            x = r.standard_normal((n, 6, 8, 7)).astype(dt)
+            args = [v for w, b in zip(ws, bs) for v in (x, w, b)]
+            got, want = fast(*args), cf.conv_concat(*args, **kw)
+            assert got.shape == (n, 15, 8, 7) and got.dtype == dt
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="ConvConcat: 2 members need"):
+        cf.conv_concat(x, ws[0], None, x, ws[1], None, pads=[0] * 4, strides=[1] * 4, dilations=[1] * 4, groups=[1, 1])
+    with pytest.raises(ValueError, match="triples"):
+        cf.conv_concat(x, ws[0])
+    # inputs the plan-time form does not cover (another filter object, a wrong channel count) take the generic
+    # kernel, which reports them
+    args = [v for w, b in zip(ws, bs) for v in (x, w, b)]
+    args[1] = ws[0].copy()
+    np.testing.assert_allclose(fast(*args), cf.conv_concat(*args, **kw))
+    args[0] = x[:, :5]
+    with pytest.raises(ValueError, match="channels"):
+        fast(*args)
+
+
+@pytest.mark.parametrize("path", ["1x1", "1x1_strided", "im2col", "direct", "stacked", "depthwise", "winograd"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_conv2d_fast_writes_into_out(path, batch):
+    """``conv._conv2d_fast(..., out=)`` writes a channel range of a larger array on every path (the GEMM paths
+    directly when the range is contiguous, the others by a copy) and leaves the rest alone."""
+    from onnxpy.ops import conv
+
+    r = np.random.default_rng(4)
+    C, M, H, k, s, p, g = {"1x1": (8, 6, 9, 1, 1, 0, 1), "1x1_strided": (8, 6, 9, 1, 2, 0, 1),
+                           "im2col": (8, 6, 9, 3, 2, 1, 1), "direct": (64, 64, 17, 3, 1, 1, 1),
+                           "stacked": (64, 16, 12, 3, 1, 1, 1), "depthwise": (16, 16, 12, 3, 1, 1, 16),
+                           "winograd": (256, 512, 28, 3, 1, 1, 1)}[path]
+    x = r.standard_normal((batch, C, H, H)).astype(np.float32)
+    w = r.standard_normal((M, C // g, k, k)).astype(np.float32)
+    b = r.standard_normal(M).astype(np.float32)
+    want = conv._conv2d_fast(x, w, b, (p, p), (p, p), (s, s), (1, 1), g, (None, None))
+    big = np.full((batch, M + 5) + want.shape[2:], 7.0, np.float32)
+    got = conv._conv2d_fast(x, w, b, (p, p), (p, p), (s, s), (1, 1), g, (None, None), out=big[:, 2:M + 2])
+    assert got.base is big or got is big or np.shares_memory(got, big)
+    np.testing.assert_allclose(big[:, 2:M + 2], want, rtol=1e-5, atol=1e-4)
+    assert (big[:, :2] == 7).all() and (big[:, M + 2:] == 7).all()

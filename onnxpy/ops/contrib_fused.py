@@ -1,6 +1,7 @@
 """com.microsoft fused element-wise / matmul / conv ops (onnxruntime contrib semantics).
 
-Gelu, FastGelu, BiasGelu, QuickGelu, BiasSoftmax, BiasAdd, FusedMatMul, TransposeMatMul, FusedGemm, FusedConv.
+Gelu, FastGelu, BiasGelu, QuickGelu, BiasSoftmax, BiasAdd, FusedMatMul, TransposeMatMul, FusedGemm, FusedConv;
+onnxpy's own level-99 fusions MatMulBias(Gelu), FeedForward and ConvConcat (domain ai.onnxpy).
 
 float16/bfloat16 inputs are computed in float32 and cast back; float64 stays float64.
 """
@@ -16,10 +17,13 @@ from ._common import F32 as _F32
 from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
+from . import conv as _conv_mod
+from ._spatial import conv_out_shape
 from .conv import conv as _conv
 from .linalg import _gemm, _matmul_bias_generic, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
+from .tensor import _concat
 
 
 def _up(x: np.ndarray) -> np.ndarray:
@@ -434,3 +438,96 @@ def _fused_conv_specialize(consts, kwargs):
 
 
 fused_conv.specialize = _fused_conv_specialize
+
+
+# ------------------------------------------------------------------------------------------------------ ConvConcat
+def _member_attrs(k, pads, strides, dilations, groups, op):
+    """Per-member (pads, strides, dilations, group) of a ConvConcat with k members (4, 2, 2 and 1 values each)."""
+    pads, strides, dilations, groups = (list(v or ()) for v in (pads, strides, dilations, groups))
+    if len(pads) != 4 * k or len(strides) != 2 * k or len(dilations) != 2 * k or len(groups) != k:
+        raise ValueError(f"{op}: {k} members need 4 pads, 2 strides, 2 dilations and 1 group each, got "
+                         f"{len(pads)}, {len(strides)}, {len(dilations)} and {len(groups)}")
+    return [(pads[4 * i:4 * i + 4], strides[2 * i:2 * i + 2], dilations[2 * i:2 * i + 2], int(groups[i]))
+            for i in range(k)]
+
+
+@kernel("ConvConcat", domain="ai.onnxpy")
+def conv_concat(*inputs, activation="", activation_params=None, pads=None, strides=None, dilations=None,
+                groups=None):
+    """Concat(axis=1) of 2-D FusedConv(X_i, W_i, B_i) with one shared activation (written by the level-99
+    ConvConcatFusion, optimizer/fusions_all.py): inputs X_1, W_1, B_1, X_2, ... (an absent bias is ''), the members'
+    pads / strides / dilations / groups concatenated in the attributes.  Exactly the convolutions then the Concat;
+    the plan-time form writes each convolution into its channel range of the output (no concatenation copy)."""
+    op = "ConvConcat"
+    if len(inputs) < 3 or len(inputs) % 3:
+        raise ValueError(f"{op}: expects (X, W, B) triples, got {len(inputs)} inputs")
+    k = len(inputs) // 3
+    members = _member_attrs(k, pads, strides, dilations, groups, op)
+    ys = [fused_conv(inputs[3 * i], inputs[3 * i + 1], inputs[3 * i + 2], activation=activation,
+                     activation_params=activation_params, pads=p, strides=s, dilations=d, group=g)
+          for i, (p, s, d, g) in enumerate(members)]
+    return _concat(ys, 1)
+
+
+def _conv_concat_specialize(consts, kwargs):
+    """Constant float32/float64 filters (and biases): the output is allocated once and each member's convolution
+    (``conv._conv2d_fast``) writes its channel range -- the GEMM paths straight into it -- then the activation
+    runs once over the whole.  Anything unusual (another dtype, shapes that do not line up, a case the fast paths
+    decline) runs the generic kernel, which reports errors as before."""
+    if len(consts) < 6 or len(consts) % 3:
+        return None
+    k = len(consts) // 3
+    try:
+        members = _member_attrs(k, kwargs.get("pads"), kwargs.get("strides"), kwargs.get("dilations"),
+                                kwargs.get("groups"), "ConvConcat")
+    except ValueError:
+        return None
+    activation = kwargs.get("activation", "")
+    activation = activation.decode() if isinstance(activation, bytes) else activation
+    params = list(kwargs.get("activation_params") or [])
+    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < _ACT_PARAM_COUNT.get(activation, 0):
+        return None
+    ws, bs = consts[1::3], consts[2::3]
+    if any(type(w) is not np.ndarray or w.ndim != 4 or w.dtype not in (_F32, _F64) for w in ws):
+        return None
+    dt = ws[0].dtype
+    spec = []
+    for w, b, (p, s, d, g) in zip(ws, bs, members):
+        if (w.dtype != dt or b is not None and (type(b) is not np.ndarray or b.dtype != dt or b.size != w.shape[0])
+                or min(p) < 0 or min(s) < 1 or min(d) < 1 or g < 1 or w.shape[0] % g):
+            return None
+        spec.append((w, b, None if b is None else b.reshape(-1), (p[0], p[1]), (p[2], p[3]), tuple(s), tuple(d), g,
+                     w.shape[1] * g))
+    bounds = np.cumsum([0] + [w.shape[0] for w in ws]).tolist()
+    relu = activation == "Relu"
+    generic = conv_concat
+
+    def run(*args):
+        xs = args[0::3]
+        shape = None
+        for i, (w, b, _, pb, pe, s, d, _, C) in enumerate(spec):
+            x = xs[i]
+            if (type(x) is not np.ndarray or x.dtype != dt or x.ndim != 4 or x.shape[1] != C
+                    or args[3 * i + 1] is not w or args[3 * i + 2] is not b):
+                return generic(*args, **kwargs)
+            try:
+                o = (x.shape[0],) + tuple(conv_out_shape(x.shape[2:], w.shape[2:], s, d, pb, pe, "ConvConcat"))
+            except ValueError:
+                return generic(*args, **kwargs)
+            if shape is None:
+                shape = o
+            elif o != shape:
+                return generic(*args, **kwargs)  # (reports the mismatch)
+        out = np.empty((shape[0], bounds[-1]) + shape[1:], dtype=dt)
+        for i, (w, b, bv, pb, pe, s, d, g, _) in enumerate(spec):
+            if _conv_mod._conv2d_fast(xs[i], w, bv, pb, pe, s, d, g, (w, b), out=out[:, bounds[i]:bounds[i + 1]]) \
+                    is None:
+                return generic(*args, **kwargs)
+        if relu:
+            return np.maximum(out, 0, out=out)
+        return _fused_conv_tail(out, None, dt, activation, params)
+
+    return run
+
+
+conv_concat.specialize = _conv_concat_specialize

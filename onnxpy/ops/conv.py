@@ -193,7 +193,7 @@ def _stacked_weights(w, B, C):
     return ws.reshape(KH * KW * M, C + 1)
 
 
-def _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B=None, wkey=(None, None)):
+def _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B=None, wkey=(None, None), out=None):
     """Stride-1 2-D convolution with few output channels as ONE GEMM of the tap-stacked filter (KH*KW*M, C + 1)
     with the flat zero-padded image (C + 1, (Hp + 1) * Wp) (a row of ones carries the bias), then the taps' shifted
     sums.
@@ -220,7 +220,8 @@ def _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B=None, wkey=(None, None
     offs = [i * dh * Wp + j * dw for i in range(KH) for j in range(KW)]
     n = M * Lx - max(offs)
     y = np.empty((T, M * Lx), dtype=dt)
-    out = np.empty((N, M, Ho, Wo), dtype=dt)
+    if out is None:
+        out = np.empty((N, M, Ho, Wo), dtype=dt)
     for b in range(N):
         np.matmul(ws, xf[b], out=y.reshape(T * M, Lx))
         acc = y[0, :n]
@@ -236,7 +237,7 @@ def _tap_weights(w):
     return np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(KH * KW, M, C)
 
 
-def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(None, None)):
+def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(None, None), out=None):
     """Float32 2-D convolution without im2col: one BLAS GEMM per tap, accumulated in place (beta = 1).
 
     In the flat zero-padded image (C, (Hp + 1) * Wp) the input window of tap (i, j) for all output positions is the
@@ -262,7 +263,8 @@ def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(No
     # output row blocks whose accumulator stays in cache across the taps (>= 2048 columns per GEMM)
     rows = max(1, min(Ho, max(-(-2048 // Wp), _DIRECT_BLOCK_BYTES // (M * Wp * x.dtype.itemsize))))
     y = np.empty((M, rows * Wp), dtype=x.dtype)
-    out = np.empty((N, M, Ho, Wo), dtype=x.dtype)
+    if out is None:
+        out = np.empty((N, M, Ho, Wo), dtype=x.dtype)
     for n in range(N):
         for r0 in range(0, Ho, rows):
             h = min(rows, Ho - r0)
@@ -349,7 +351,7 @@ def _gemm_weights(w, B, group):
     return wr
 
 
-def _conv1x1(x, w, B, group, wkey):
+def _conv1x1(x, w, B, group, wkey, out=None):
     """Pointwise convolution (N, C, *S) -> (N, M, *S): one (grouped) GEMM into the output.  The bias rides in the
     GEMM on a row of ones when the output has at least as many channels as the input (copying the input is then
     cheaper than a separate pass over the output), else it is added in place."""
@@ -357,7 +359,8 @@ def _conv1x1(x, w, B, group, wkey):
     M = w.shape[0]
     Cg, Mg = C // group, M // group
     P = x[0, 0].size
-    out = np.empty((N, M) + x.shape[2:], dtype=x.dtype)
+    if out is None:  # (a given ``out`` is C-contiguous: see _conv2d_fast)
+        out = np.empty((N, M) + x.shape[2:], dtype=x.dtype)
     of = out.reshape(N, group, Mg, P)
     xg = x.reshape(N, group, Cg, P)
     wr, folded = _gemm_layout(w, B, group, wkey, P) if B is not None and M >= C else (None, False)
@@ -374,7 +377,7 @@ def _conv1x1(x, w, B, group, wkey):
     return out
 
 
-def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(None, None)):
+def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(None, None), out=None):
     """2-D convolution as one GEMM per block of output rows, written straight into the output, with the bias
     folded into the GEMM as a row of ones.
 
@@ -398,7 +401,8 @@ def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(No
     cols = np.empty((group, Kg, rows * Wo), dtype=dt)
     if folded:
         cols[:, -1] = 1
-    out = np.empty((N, M, Ho, Wo), dtype=dt)
+    if out is None:  # (a given ``out`` is C-contiguous: see _conv2d_fast)
+        out = np.empty((N, M, Ho, Wo), dtype=dt)
     of = out.reshape(N, group, Mg, P)
     if (sh == 1 and sw == 1) or T < _POLY_MIN_TAPS:
         xp = pad_array(x, pb, pe, 0)
@@ -932,9 +936,14 @@ def _direct_ok(x, w, out_shape):
             and out_shape[0] * out_shape[1] >= _DIRECT_MIN_RATIO * C)
 
 
-def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
+def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None):
     """Fast 2-D paths (bias included) for well-formed float convolutions with non-negative pads; None when the
-    case is not covered (the general path then runs, and reports any error)."""
+    case is not covered (the general path then runs, and reports any error).  With ``out`` (an array of the output
+    shape and x's dtype, e.g. a channel range of a concatenation) the result is written there and ``out`` is
+    returned: the GEMM paths write it directly, the others copy their result in."""
+    if out is not None and not out.flags.c_contiguous:  # (the GEMM paths view ``out`` as matrices)
+        res = _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey)
+        return _into(res, out)
     N, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     if (group < 1 or Cg < 1 or C != Cg * group or M % group or min(pb) < 0 or min(pe) < 0 or N == 0 or M == 0
@@ -949,40 +958,48 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey):
     if KH == 1 and KW == 1 and not any(pb) and not any(pe):
         if strides[0] > 1 or strides[1] > 1:
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
-        return _conv1x1(x, w, B, group, wkey)
+        return _conv1x1(x, w, B, group, wkey, out)
     if Cg == 1 and group > 1:
         if (M == group and group >= _DW_NHWC_MIN_C and strides[0] == 1 and strides[1] == 1
                 and out_shape[0] * out_shape[1] <= _DW_TINY_PLANE):
             # tiny planes (7x7): per-channel band GEMMs are call overhead; channels-last row-vector passes win
-            return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B)
+            return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out)
         th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)
         if th is not None:
-            return _depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey)
+            return _into(_depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey), out)
         if strides[0] == 1 and strides[1] == 1:
             if M == group and group >= _DW_NHWC_MIN_C:
-                return _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B)
-            return _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B)
+                return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out)
+            return _into(_depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B), out)
         if strides[0] <= 4 and strides[1] <= 4 and prod(out_shape) >= 64:
-            return _depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B)
+            return _into(_depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B), out)
         return None
     if (_WINOGRAD and group == 1 and KH == 3 and KW == 3 and strides[0] == strides[1] == 1
             and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
             and C >= _WINOGRAD_MIN_C and M >= 2 * _WINOGRAD_MIN_C and out_shape[0] * out_shape[1] >= 784):
         # wide 3x3 layers (VGG's 256/512-channel stages): Winograd F(2x2,3x3) does 2.25x fewer multiplications
-        return winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B)
+        return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
             and _blas.available()):
         # 64+ channels, C <= M <= 3C, many positions: per-tap BLAS GEMMs straight from the padded image
-        return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey)
+        return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey, out)
     if group == 1 and strides[0] == 1 and strides[1] == 1 and KH * KW > 1 and 2 * M <= C and M <= 256:
         # few output channels (DenseNet's growth convolutions, PP-OCR's neck): one GEMM of the tap-stacked filter
         # with the flat image, then the taps' shifted sums (measured 0.64-0.71x the per-tap GEMMs; with M close to
         # C im2col's single GEMM is as fast, and with M > 256 faster)
         if KH * KW * M * (H + pb[0] + pe[0] + 1) * (W + pb[1] + pe[1]) * x.dtype.itemsize <= _STACKED_MAX_BYTES:
-            return _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B, wkey)
+            return _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B, wkey, out)
         # (too large for the stacked products) per-tap GEMMs on the flat image, accumulated in place
-        return _conv2d_shifted(x, w, pb, pe, dilations, out_shape, B)
-    return _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey)
+        return _into(_conv2d_shifted(x, w, pb, pe, dilations, out_shape, B), out)
+    return _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey, out)
+
+
+def _into(res, out):
+    """``res`` copied into ``out`` when one is given (None stays None: the case was not covered)."""
+    if out is None or res is None:
+        return res
+    out[...] = res
+    return out
 
 
 # --------------------------------------------------------------------------------------------- ConvTranspose
