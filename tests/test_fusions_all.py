@@ -510,3 +510,62 @@ def test_conv2d_fast_writes_into_out(path, batch):
     assert got.base is big or got is big or np.shares_memory(got, big)
     np.testing.assert_allclose(big[:, 2:M + 2], want, rtol=1e-5, atol=1e-4)
     assert (big[:, :2] == 7).all() and (big[:, M + 2:] == 7).all()
+
+
+# -------------------------------------------------------------------------------------- SiblingMatMulBiasFusion
+def _qkv(n=3, H=8, outs=None, opset=13, dynamic_w=False, widths=None):
+    """A transformer's query / key / value projections: MatMul + bias Add of one [B, S, H] tensor, n times."""
+    r = np.random.default_rng(13)
+    widths = widths or [H] * n
+    nodes, inits = [], []
+    for i, N in enumerate(widths):
+        if not (dynamic_w and i == 0):
+            inits.append(numpy_helper.from_array(r.standard_normal((H, N)).astype(np.float32), f"W{i}"))
+        inits.append(numpy_helper.from_array(r.standard_normal(N).astype(np.float32), f"b{i}"))
+        nodes += [helper.make_node("MatMul", ["x", f"W{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", f"b{i}"],
+                                                                                           [f"y{i}"])]
+    # each projection read by a Reshape into heads, as in attention
+    inits.append(numpy_helper.from_array(np.array([0, 0, 2, -1], dtype=np.int64), "heads"))
+    for i in range(n):
+        nodes.append(helper.make_node("Reshape", [f"y{i}", "heads"], [f"h{i}"]))
+    inputs = [_vi("x", [2, 5, H])] + ([_vi("W0", [H, widths[0]])] if dynamic_w else [])
+    outs = outs or [f"h{i}" for i in range(n)]
+    return _model(nodes, inputs, [_vi(o, None) for o in outs], inits, opset=opset)
+
+
+def _plan_ops(model, feeds, level=99):
+    """Op types of the session's plan (MatMulBias is not written when saving, so no saved model to read), after
+    checking the results against the unoptimized graph."""
+    data = model.SerializeToString()
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = level
+    sess = onnxpy.InferenceSession(data, so)
+    so0 = onnxpy.SessionOptions()
+    so0.graph_optimization_level = 0
+    for a, b in zip(sess.run(None, feeds), onnxpy.InferenceSession(data, so0).run(None, feeds)):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    return [st.node.op_type for st in sess._state.plan.steps]
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_sibling_matmul_bias_merge(opset):
+    x = RNG.standard_normal((2, 5, 8)).astype(np.float32)
+    ops = _plan_ops(_qkv(opset=opset, widths=[8, 6, 10]), {"x": x})
+    assert ops.count("MatMulBias") == 1 and ops.count("Split") == 1
+    for level in (1, 2):
+        assert "Split" not in _plan_ops(_qkv(opset=opset), {"x": x}, level=level)
+
+
+@pytest.mark.parametrize("case", ["graph_output", "dynamic_weight"])
+def test_sibling_matmul_bias_leaves_out(case):
+    """A projection that is a graph output, or whose weight is fed, stays on its own; the others still merge."""
+    x = RNG.standard_normal((2, 5, 8)).astype(np.float32)
+    feeds = {"x": x}
+    if case == "graph_output":
+        m = _qkv(outs=["h0", "h1", "h2", "y2"])
+    else:
+        m = _qkv(dynamic_w=True)
+        feeds["W0"] = RNG.standard_normal((8, 8)).astype(np.float32)
+    ops = _plan_ops(m, feeds)
+    assert ops.count("Split") == 1 and ops.count("MatMulBias") == 2 - (case == "dynamic_weight")

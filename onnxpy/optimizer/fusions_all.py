@@ -15,6 +15,9 @@ never run at levels 1 and 2.
 * ConvConcatFusion: Concat on the channel axis of 2-D Conv/FusedConv outputs (constant filters, one shared
   activation, each output read only by the Concat: SqueezeNet's fire modules) -> ai.onnxpy.ConvConcat, whose
   convolutions write their channel ranges of one output (no concatenation copy)
+* SiblingMatMulBiasFusion: ai.onnxpy.MatMulBias nodes reading the same activations with constant float32 weights
+  (a transformer's query, key and value projections) -> one MatMulBias with the weights side by side, then a Split
+  of the last axis into the original outputs (views): one GEMM with three times the columns
 * ConvBatchNormFusion (not in ALL_PASSES, see below): Conv -> BatchNormalization (test mode, parameters not
   constant) [-> Relu] -> ai.onnxpy.ConvBatchNorm
 """
@@ -475,10 +478,68 @@ class ConvConcatFusion(SweepPass):
         return True
 
 
+def _matmul_bias_key(n, g, x):
+    """(weight rows, dtype) of an ai.onnxpy.MatMulBias reading ``x`` with a constant 2-D float32 weight and 1-D
+    bias (and x nowhere else), else None."""
+    if n.op_type != "MatMulBias" or n.domain != DOMAIN or len(n.inputs) != 3 or len(n.outputs) != 1 \
+            or n.inputs[0] != x or x in n.inputs[1:]:
+        return None
+    w, b = g.initializers.get(n.inputs[1]), g.initializers.get(n.inputs[2])
+    if not isinstance(w, np.ndarray) or not isinstance(b, np.ndarray) or w.dtype != np.float32 or w.ndim != 2 \
+            or b.dtype != np.float32 or b.shape != (w.shape[1],):
+        return None
+    return w.shape[0]
+
+
+class SiblingMatMulBiasFusion(SweepPass):
+    """ai.onnxpy.MatMulBias nodes reading the same activations with constant float32 weights of the same depth (a
+    transformer's query / key / value projections, 3 x [768 x 768] in BERT-base) -> one MatMulBias with the
+    weights side by side ([768 x 2304]) and the biases concatenated, then a Split of the last axis into the
+    original outputs (views, no copy).  OpenBLAS multiplies the wide weight ~10-20% faster than three narrow ones
+    (the activations are packed once).  Exact: every output is the same dot product."""
+
+    name = "SiblingMatMulBiasFusionAll"
+    level = 99
+
+    def wants(self, node) -> bool:
+        return node.op_type == "MatMulBias" and node.domain == DOMAIN
+
+    def rewrite(self, first, m, g, ctx):
+        x = first.inputs[0] if first.inputs else ""
+        k = _matmul_bias_key(first, g, x) if x else None
+        if k is None:
+            return False
+        group = [n for n in m.cons.get(x, []) if _matmul_bias_key(n, g, x) == k and n.outputs[0] not in m.outs]
+        if len(group) < 2 or group[0] is not first:
+            return False
+        ws = [g.initializers[n.inputs[1]] for n in group]
+        sizes = [w.shape[1] for w in ws]
+        wname, bname = ctx.fresh(x + "_sibling_w"), ctx.fresh(x + "_sibling_b")
+        g.initializers[wname] = np.concatenate(ws, axis=1)
+        g.initializers[bname] = np.concatenate([g.initializers[n.inputs[2]] for n in group])
+        merged_out = ctx.fresh(x + "_sibling_mm")
+        merged = Node("MatMulBias", DOMAIN, [x, wname, bname], [merged_out], {}, name=ctx.fresh("SiblingMatMulBias"))
+        outs = [n.outputs[0] for n in group]
+        opset = ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
+        if opset >= 13:
+            sname = ctx.fresh(x + "_sibling_split")
+            g.initializers[sname] = np.array(sizes, dtype=np.int64)
+            split = Node("Split", "", [merged_out, sname], outs, {"axis": -1}, name=ctx.fresh("SiblingMatMulSplit"))
+        else:
+            split = Node("Split", "", [merged_out], outs, {"axis": -1, "split": sizes},
+                         name=ctx.fresh("SiblingMatMulSplit"))
+        ids = {id(n) for n in group}
+        at = min(i for i, n in enumerate(g.nodes) if id(n) in ids)
+        rest = [n for n in g.nodes if id(n) not in ids]
+        g.nodes[:] = rest[:at] + [merged, split] + rest[at:]
+        return True
+
+
 # ConvBatchNormFusion is correct but did not pay in measurements (light_densenet121/inception_v2 ~2-4% slower,
 # shufflenet/resnet50 unchanged), so it is not part of ALL_PASSES for now
 ALL_PASSES: list = [HardSwishFusion(), HardSigmoidMulFusion(), PreActivationConvFold(), SiblingPointwiseConvFusion(),
-                     PoolProjectionSwap(), ConvConcatFusion()]
+                     PoolProjectionSwap(), ConvConcatFusion(),
+                     SiblingMatMulBiasFusion()]
 
 __all__ = ["ALL_PASSES", "ConvConcatFusion", "HardSwishFusion", "HardSigmoidMulFusion", "ConvBatchNormFusion",
-           "PoolProjectionSwap", "PreActivationConvFold", "SiblingPointwiseConvFusion"]
+           "PoolProjectionSwap", "PreActivationConvFold", "SiblingMatMulBiasFusion", "SiblingPointwiseConvFusion"]
