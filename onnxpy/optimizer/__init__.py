@@ -39,6 +39,9 @@ class OptContext:
         self.fold_limit = int(limit) if limit else DEFAULT_FOLD_LIMIT
         self.applied: dict = {}
         self._planner = None
+        # the unoptimized graph, which shares its initializer arrays with the optimized copy: a pass that replaces a
+        # weight by a view of a new array replaces it there too, so the original can be freed
+        self.source = None
 
     def graph_input_names(self, g: Graph) -> set:
         return {v.name for v in g.inputs}
@@ -156,6 +159,7 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         model.graph = _copy_graph(model.graph)
         ctx = OptContext(model, options)
         ctx.protected = {o.name for o in model.graph.outputs}
+        ctx.source = source
         with free_names_memo():
             _run_passes(model.graph, chosen, ctx)
             inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]

@@ -515,7 +515,23 @@ class SiblingMatMulBiasFusion(SweepPass):
         ws = [g.initializers[n.inputs[1]] for n in group]
         sizes = [w.shape[1] for w in ws]
         wname, bname = ctx.fresh(x + "_sibling_w"), ctx.fresh(x + "_sibling_b")
-        g.initializers[wname] = np.concatenate(ws, axis=1)
+        # Fortran-ordered (the layout level 99 gives MatMulBias weights), so each original is a contiguous column
+        # range: the unoptimized graph's copy of it becomes that view and the original can be freed (the merged
+        # weight takes the originals' memory instead of adding to it)
+        merged_w = np.empty((k, sum(sizes)), dtype=np.float32, order="F")
+        ends = np.cumsum([0] + sizes).tolist()
+        source = getattr(ctx, "source", None)
+        members = {id(n) for n in group}
+        for n, w, a, b in zip(group, ws, ends, ends[1:]):
+            merged_w[:, a:b] = w
+            name = n.inputs[1]
+            if source is not None and source.initializers.get(name) is w:
+                source.initializers[name] = merged_w[:, a:b]
+            if g.initializers.get(name) is w and all(id(c) in members for c in m.cons.get(name, [])) \
+                    and name not in m.outs:
+                del g.initializers[name]
+        ws = w = None
+        g.initializers[wname] = merged_w
         g.initializers[bname] = np.concatenate([g.initializers[n.inputs[2]] for n in group])
         merged_out = ctx.fresh(x + "_sibling_mm")
         merged = Node("MatMulBias", DOMAIN, [x, wname, bname], [merged_out], {}, name=ctx.fresh("SiblingMatMulBias"))
