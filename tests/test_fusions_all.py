@@ -569,3 +569,20 @@ def test_sibling_matmul_bias_leaves_out(case):
         feeds["W0"] = RNG.standard_normal((8, 8)).astype(np.float32)
     ops = _plan_ops(m, feeds)
     assert ops.count("Split") == 1 and ops.count("MatMulBias") == 2 - (case == "dynamic_weight")
+
+
+def test_sibling_matmul_bias_originals_become_views():
+    """The merged weight replaces the originals in the loaded (unoptimized) model too, as column views of it, so the
+    originals are not kept alive next to it."""
+    from onnxpy.ir.load import load_model
+    from onnxpy.optimizer import optimize
+
+    model = load_model(_qkv(widths=[8, 6, 10]).SerializeToString())
+    before = [model.graph.initializers[f"W{i}"] for i in range(3)]
+    opt = optimize(model, onnxpy.SessionOptions())
+    merged = [v for k, v in opt.graph.initializers.items() if "sibling_w" in k]
+    assert len(merged) == 1 and merged[0].shape == (8, 24) and merged[0].flags.f_contiguous
+    assert not any(f"W{i}" in opt.graph.initializers for i in range(3))
+    for i, b in enumerate(before):
+        now = model.graph.initializers[f"W{i}"]
+        assert np.array_equal(now, b) and np.shares_memory(now, merged[0]) and not np.shares_memory(b, merged[0])
