@@ -242,32 +242,45 @@ class PreActivationConvFold(SweepPass):
         return True
 
 
-def _pointwise_conv(n, g):
-    """(filter, bias or None, activation, activation params, strides) of a pointwise convolution: Conv/FusedConv
-    with a constant (M, C, 1, 1) float filter (and bias), one group, no padding, no Z input, one output; else None."""
+def _const_conv(n, g):
+    """(filter, bias or None, activation, activation params) of a Conv/FusedConv with a constant float filter of rank
+    >= 3 (and a constant bias of its dtype and size), no Z input, one output and only convolution attributes (and
+    FusedConv's activation); else None."""
     fused = n.op_type == "FusedConv" and n.domain == MS
     if not (fused or _is(n, "Conv")) or len(n.inputs) not in (2, 3) or len(n.outputs) != 1 or not n.outputs[0]:
         return None
     w = g.initializers.get(n.inputs[1])
     b = n.inputs[2] if len(n.inputs) == 3 else ""
     bv = g.initializers.get(b) if b else None
-    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype.kind != "f" or (b and bv is None):
+    if not isinstance(w, np.ndarray) or w.ndim < 3 or w.dtype.kind != "f" or (b and bv is None):
         return None
     if bv is not None and (bv.dtype != w.dtype or bv.shape != (w.shape[0],)):
         return None
-    a = n.attrs
-    if set(a) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
+    if set(n.attrs) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
         return None
+    act = n.attrs.get("activation", "")
+    act = act.decode() if isinstance(act, bytes) else act
+    return w, bv, act, tuple(float(v) for v in n.attrs.get("activation_params", ()))
+
+
+def _auto_pad(a) -> str:
+    ap = a.get("auto_pad", "NOTSET")
+    return ap.decode() if isinstance(ap, bytes) else ap
+
+
+def _pointwise_conv(n, g):
+    """(filter, bias or None, activation, activation params, strides) of a pointwise convolution: Conv/FusedConv
+    with a constant (M, C, 1, 1) float filter (and bias), one group, no padding, no Z input, one output; else None."""
+    c = _const_conv(n, g)
+    if c is None or c[0].ndim != 4 or c[0].shape[2:] != (1, 1):
+        return None
+    a = n.attrs
     if int(a.get("group", 1)) != 1 or any(int(p) for p in a.get("pads", ())) or list(a.get("kernel_shape",
                                                                                          [1, 1])) != [1, 1]:
         return None
-    ap = a.get("auto_pad", "NOTSET")
-    if (ap.decode() if isinstance(ap, bytes) else ap) not in ("NOTSET", "VALID"):
+    if _auto_pad(a) not in ("NOTSET", "VALID"):
         return None
-    act = a.get("activation", "")
-    act = act.decode() if isinstance(act, bytes) else act
-    return (w, bv, act, tuple(float(v) for v in a.get("activation_params", ())),
-            tuple(int(v) for v in a.get("strides", (1, 1))))
+    return c + (tuple(int(v) for v in a.get("strides", (1, 1))),)
 
 
 def _pointwise_key(n, g, x):
@@ -405,32 +418,20 @@ class PoolProjectionSwap(SweepPass):
 def _concat_member(n, g):
     """(x, W, B or '', activation, params, pads, strides, dilations, group) of a ConvConcat member: a 2-D Conv or
     FusedConv with a constant 4-D float filter (and bias), explicit or VALID padding, no Z input; else None."""
-    fused = n.op_type == "FusedConv" and n.domain == MS
-    if not (fused or _is(n, "Conv")) or len(n.inputs) not in (2, 3) or len(n.outputs) != 1 or not n.outputs[0]:
+    c = _const_conv(n, g)
+    if c is None or c[0].ndim != 4 or n.inputs[0] in n.inputs[1:]:
         return None
-    w = g.initializers.get(n.inputs[1])
-    b = n.inputs[2] if len(n.inputs) == 3 else ""
-    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype.kind != "f" or n.inputs[0] in n.inputs[1:]:
-        return None
-    if b and not (isinstance(g.initializers.get(b), np.ndarray) and g.initializers[b].dtype == w.dtype
-                  and g.initializers[b].size == w.shape[0]):
-        return None
+    w, _, act, params = c
     a = n.attrs
-    if set(a) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
-        return None
-    ap = a.get("auto_pad", "NOTSET")
-    ap = ap.decode() if isinstance(ap, bytes) else ap
+    ap = _auto_pad(a)
     pads = [int(v) for v in a.get("pads", (0, 0, 0, 0))] if ap == "NOTSET" else [0, 0, 0, 0]
     strides = [int(v) for v in a.get("strides", (1, 1))]
     dil = [int(v) for v in a.get("dilations", (1, 1))]
-    group = int(a.get("group", 1))
     if (ap not in ("NOTSET", "VALID") or len(pads) != 4 or len(strides) != 2 or len(dil) != 2 or min(pads) < 0
             or "kernel_shape" in a and list(a["kernel_shape"]) != list(w.shape[2:])):
         return None
-    act = a.get("activation", "")
-    act = act.decode() if isinstance(act, bytes) else act
-    return (n.inputs[0], n.inputs[1], b, act, tuple(float(v) for v in a.get("activation_params", ())), pads,
-            strides, dil, group)
+    b = n.inputs[2] if len(n.inputs) == 3 else ""
+    return n.inputs[0], n.inputs[1], b, act, params, pads, strides, dil, int(a.get("group", 1))
 
 
 class ConvConcatFusion(SweepPass):
