@@ -511,3 +511,37 @@ def test_conv_transpose_tiles_without_bias_and_errors():
         np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
     with pytest.raises(ValueError, match="bias has 3 values, expected 2"):
         conv.conv_transpose(x, w, np.ones(3, dt), kernel_shape=[2, 3], strides=[2, 3])
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_,
+                                "bfloat16"])
+def test_resize_nearest_integer_repeat_matches_gather(dt):
+    """Nearest resizing by integer factors of the last two axes (one-pass repeat, the 2x bit-doubling form for 1-4
+    byte types) gives exactly the gather path's result, for every coordinate mode and shape, NaN bits included."""
+    import ml_dtypes
+
+    from onnxpy.ops import image
+
+    dt = ml_dtypes.bfloat16 if dt == "bfloat16" else dt
+    r = np.random.default_rng(8)
+    modes = [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"), ("align_corners", "round_prefer_ceil"),
+             ("asymmetric", "ceil")]
+    for shape in ((1, 3, 4, 5), (2, 2, 3, 3), (4, 5), (1, 1, 1, 7, 3)):
+        x = (r.standard_normal(shape) * 10).astype(dt)
+        for sc in ((2, 2), (2, 1), (1, 2), (3, 2), (2, 3), (4, 4), (0.5, 2), (2.5, 2)):
+            scales = np.array([1] * (len(shape) - 2) + list(sc), np.float32)
+            for ctm, nm in modes:
+                kw = {"mode": "nearest", "coordinate_transformation_mode": ctm, "nearest_mode": nm}
+                got = image.resize(x, None, scales, **kw)
+                saved = image._repeat_last2
+                image._repeat_last2 = lambda *a: None
+                try:
+                    want = image.resize(x, None, scales, **kw)
+                finally:
+                    image._repeat_last2 = saved
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert got.tobytes() == want.tobytes(), (dt, shape, sc, ctm, nm)
+    x = np.array([[[[np.nan, -0.0], [np.inf, 1.5]]]], np.float32)
+    y = image.resize(x, None, np.array([1, 1, 2, 2], np.float32), mode="nearest",
+                     coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    assert y.view(np.uint32).tolist() == np.repeat(np.repeat(x, 2, 2), 2, 3).view(np.uint32).tolist()
