@@ -52,3 +52,27 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
         out[..., :half] = cos * x1 - sin * x2
         out[..., half:rd] = sin * x1 + cos * x2
     return out
+
+
+# Read-only ones vectors for sums computed as matrix-vector products (GlobalAveragePool, ReduceSum/Mean), cached
+# up to ONES_MAX elements each and ~16 MiB in all.
+ONES_MAX = 1 << 20
+_ONES: dict = {}
+_ONES_BYTES = [0]
+
+
+def ones_vector(n: int, dtype) -> np.ndarray | None:
+    """A read-only vector of n ones of ``dtype`` (cached), or None when n exceeds ONES_MAX."""
+    if n > ONES_MAX:
+        return None
+    dt = np.dtype(dtype)
+    v = _ONES.get((n, dt))
+    if v is None:
+        v = np.ones(n, dt)
+        v.flags.writeable = False
+        if _ONES_BYTES[0] + v.nbytes > 1 << 24:
+            _ONES.clear()
+            _ONES_BYTES[0] = 0
+        _ONES[(n, dt)] = v
+        _ONES_BYTES[0] += v.nbytes
+    return v

@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from ..limits import check_alloc
+from ._common import ones_vector
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
 
@@ -539,16 +540,6 @@ def _global(X, op, fn):
 
 
 # GlobalAveragePool sums planes of at most this many elements with a matrix-vector product.
-_GAP_GEMV_MAX = 4096
-
-
-@functools.lru_cache(maxsize=64)
-def _ones(n, dtype):
-    o = np.ones(n, dtype=dtype)
-    o.flags.writeable = False
-    return o
-
-
 @kernel("GlobalAveragePool", since=(1, 22))
 def global_average_pool(X):
     x = _float_input(X, "GlobalAveragePool")
@@ -556,10 +547,13 @@ def global_average_pool(X):
     S = prod(x.shape[2:])
     if S == 0 or not x.flags.c_contiguous:
         return _global(x, "GlobalAveragePool", lambda ax: x.mean(axis=ax, keepdims=True)).astype(X.dtype, copy=False)
-    # a sum over each contiguous plane, then one division (mean's steps without its Python-level overhead); small
-    # planes sum as a matrix-vector product (BLAS runs them several times faster than numpy's row reduction)
+    # a sum over each contiguous plane as one matrix-vector product with ones (BLAS runs it 3-5x faster than
+    # numpy's row reduction at every plane size measured, 49 to 409600, with float32 errors of 1-4e-7 relative;
+    # planes beyond ones_vector's size numpy's reduction), then one division (mean's steps without its
+    # Python-level overhead)
     xr = x.reshape(x.shape[0] * x.shape[1], S)
-    s = np.matmul(xr, _ones(S, x.dtype.str)) if S <= _GAP_GEMV_MAX else np.add.reduce(xr, axis=1)
+    ones = ones_vector(S, x.dtype)
+    s = np.matmul(xr, ones) if ones is not None else np.add.reduce(xr, axis=1)
     np.divide(s, S, out=s)
     return s.reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(X.dtype, copy=False)
 

@@ -7,9 +7,13 @@ over no axis at all (the element-wise parts -- square, abs, log, exp -- still ap
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
+
 import numpy as np
 
+from ._common import ones_vector
 from ._shape_util import NOT_CONST
 from .registry import kernel
 
@@ -65,7 +69,38 @@ def _finish(res, x_dtype: np.dtype):
 # --- reduction bodies: (x, axes, keepdims) -> array; axes is a tuple (possibly empty, meaning no reduction) --------
 
 
+_GEMV_F = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _gemv_sum(x, axes, keepdims):
+    """np.add.reduce(x, axes) for a C-contiguous float32/float64 x reduced over a run of adjacent axes, as
+    matrix-vector products with ones (BLAS runs them 3-5x faster than numpy's reduction, with float32 errors of
+    1-4e-7 relative, as onnxruntime's float accumulation); None otherwise."""
+    k = len(axes)
+    if x.dtype not in _GEMV_F or not k or not x.flags.c_contiguous or x.size < 4096:  # (small: numpy's is faster)
+        return None
+    axes = tuple(sorted(axes))
+    a0 = axes[0]
+    if axes != tuple(range(a0, a0 + k)):
+        return None
+    A, S = math.prod(x.shape[:a0]), math.prod(x.shape[a0:a0 + k])
+    B = x.size // (A * S)
+    ones = ones_vector(S, x.dtype) if S >= 8 else None
+    if ones is None:
+        return None
+    if B == 1:
+        res = np.matmul(x.reshape(A, S), ones)
+    else:  # (one vector-matrix product per leading index)
+        res = np.matmul(ones, x.reshape(A, S, B))
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    return res.reshape(shape)
+
+
 def _sum(x, axes, keepdims):
+    fast = _gemv_sum(x, axes, keepdims)
+    if fast is not None:
+        return fast
     if _is_low_float(x.dtype):
         return _finish(np.add.reduce(x.astype(_F32), axis=axes, keepdims=keepdims), x.dtype)
     if x.dtype == np.bool_:
@@ -242,7 +277,10 @@ def _mean_native(x, axes, keepdims):
         for a in axes:
             count *= shp[a]
         if count:
-            return np.asarray(np.add.reduce(x, axis=axes, keepdims=keepdims) / dt.type(count))
+            s = _gemv_sum(x, axes, keepdims)
+            if s is None:
+                s = np.add.reduce(x, axis=axes, keepdims=keepdims)
+            return np.asarray(s / dt.type(count))
     return _mean(x, axes, keepdims)
 
 
