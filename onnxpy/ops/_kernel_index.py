@@ -10,7 +10,7 @@ FILES = {
     '_shape_util.py': 3615842203,
     '_spatial.py': 2353687800,
     '_wcache.py': 2930508180,
-    'activations.py': 1913398535,
+    'activations.py': 1224844765,
     'attention.py': 2759659626,
     'cast.py': 1825138811,
     'contrib_fused.py': 617179670,

@@ -50,3 +50,38 @@ def test_ones_vectors_are_bounded():
         assert v.shape == (n * 100_000,) and not v.flags.writeable and v.min() == 1
     assert _common._ONES_BYTES[0] <= 1 << 24
     assert sum(v.nbytes for v in _common._ONES.values()) == _common._ONES_BYTES[0]
+
+
+def _softmax64(x, axis):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("case", ["plain", "large", "far_below", "neg_inf", "nan", "middle_axis", "opset11"])
+def test_softmax_unshifted_path_and_its_fallbacks(case):
+    """Softmax without the row maxima (element <= 60, row sums >= 1e-20) and the cases that take the usual steps
+    give the float64 softmax to float32 precision; the input is left unchanged."""
+    from onnxpy.ops import activations as A
+
+    r = np.random.default_rng(5)
+    x = (r.standard_normal((3, 7, 50)) * 4).astype(np.float32)
+    axis = -1
+    if case == "large":
+        x[1, 2, 3] = 100.0
+    elif case == "far_below":
+        x[2, 1] -= 200.0  # one row whose exps underflow: that call falls back to subtracting the maxima
+    elif case == "neg_inf":
+        x[0, 0, :10] = -np.inf
+    elif case == "nan":
+        x[0, 3, 4] = np.nan
+    elif case == "middle_axis":
+        axis = 1
+    keep = x.copy()
+    got = A.softmax_1(x, axis=1) if case == "opset11" else A.softmax_13(x, axis=axis)
+    want = _softmax64(x.reshape(3, -1), 1).reshape(x.shape) if case == "opset11" else _softmax64(x, axis)
+    assert got.dtype == np.float32 and np.array_equal(x, keep, equal_nan=True)
+    if case == "nan":
+        assert np.isnan(got[0, 3]).all() and np.isfinite(np.delete(got.reshape(21, 50), 3, axis=0)).all()
+        got, want = np.delete(got.reshape(21, 50), 3, axis=0), np.delete(want.reshape(21, 50), 3, axis=0)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-9)
