@@ -54,7 +54,8 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
     return out
 
 
-# Read-only ones vectors for sums computed as matrix-vector products (GlobalAveragePool, ReduceSum/Mean), cached
+# Read-only ones vectors for sums computed as matrix-vector products (GlobalAveragePool, ReduceSum/Mean and
+# Softmax's row sums through reduce._gemv_sum), cached
 # up to ONES_MAX elements each and ~16 MiB in all.
 ONES_MAX = 1 << 20
 _ONES: dict = {}

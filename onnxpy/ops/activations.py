@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import _ew_math as _fast
-from ._common import ones_vector
+from .reduce import _gemv_sum
 from .registry import kernel
 
 _F32 = np.dtype(np.float32)
@@ -351,8 +351,9 @@ def _softmax_trailing_unshifted(x, axes):
     S = math.prod(x.shape[r - len(axes):])
     e = np.exp(x)
     e2 = e.reshape(-1, S)
-    ones = ones_vector(S, _F32)
-    s = np.matmul(e2, ones) if ones is not None else e2.sum(axis=1)
+    s = _gemv_sum(e2, (1,), False)
+    if s is None:
+        s = e2.sum(axis=1)
     if not s.min() >= _ROW_SUM_MIN:
         return None
     np.divide(e2, s[:, None], out=e2)

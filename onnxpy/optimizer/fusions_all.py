@@ -299,6 +299,25 @@ _VIEW_SAFE_READERS = frozenset({"Conv", "FusedConv", "Concat", "MaxPool", "Avera
                                  "GlobalMaxPool"})
 
 
+def _replace_by_split(g, ctx, group, merged, sizes, axis, split_name, node_name):
+    """Replace the sibling nodes ``group`` by ``merged`` (one output) followed by a Split on ``axis`` into the
+    group's outputs (the sizes as an input from opset 13, as the attribute before), placed where the first member
+    stood."""
+    outs = [n.outputs[0] for n in group]
+    opset = ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
+    if opset >= 13:
+        sname = ctx.fresh(split_name)
+        g.initializers[sname] = np.array(sizes, dtype=np.int64)
+        split = Node("Split", "", [merged.outputs[0], sname], outs, {"axis": axis}, name=ctx.fresh(node_name))
+    else:
+        split = Node("Split", "", [merged.outputs[0]], outs, {"axis": axis, "split": sizes},
+                     name=ctx.fresh(node_name))
+    ids = {id(n) for n in group}
+    at = min(i for i, n in enumerate(g.nodes) if id(n) in ids)
+    rest = [n for n in g.nodes if id(n) not in ids]
+    g.nodes[:] = rest[:at] + [merged, split] + rest[at:]
+
+
 class SiblingPointwiseConvFusion(SweepPass):
     """Pointwise (1x1) convolutions reading the same tensor with the same strides and activation (the 1x1 branches
     of an Inception module) -> one convolution with their filters stacked along the output channels, then a Split
@@ -348,19 +367,7 @@ class SiblingPointwiseConvFusion(SweepPass):
         merged_out = ctx.fresh(x + "_pointwise")
         merged = Node(first.op_type, first.domain, [x] + names, [merged_out], dict(first.attrs),
                       name=ctx.fresh("SiblingPointwiseConv"))
-        outs = [n.outputs[0] for n in group]
-        opset = ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
-        if opset >= 13:
-            sname = ctx.fresh(x + "_pointwise_split")
-            g.initializers[sname] = np.array(sizes, dtype=np.int64)
-            split = Node("Split", "", [merged_out, sname], outs, {"axis": 1}, name=ctx.fresh("SiblingPointwiseSplit"))
-        else:
-            split = Node("Split", "", [merged_out], outs, {"axis": 1, "split": sizes},
-                         name=ctx.fresh("SiblingPointwiseSplit"))
-        ids = {id(n) for n in group}
-        at = min(i for i, n in enumerate(g.nodes) if id(n) in ids)
-        rest = [n for n in g.nodes if id(n) not in ids]
-        g.nodes[:] = rest[:at] + [merged, split] + rest[at:]
+        _replace_by_split(g, ctx, group, merged, sizes, 1, x + "_pointwise_split", "SiblingPointwiseSplit")
         return True
 
 
@@ -521,7 +528,7 @@ class SiblingMatMulBiasFusion(SweepPass):
         # weight takes the originals' memory instead of adding to it)
         merged_w = np.empty((k, sum(sizes)), dtype=np.float32, order="F")
         ends = np.cumsum([0] + sizes).tolist()
-        source = getattr(ctx, "source", None)
+        source = ctx.source
         members = {id(n) for n in group}
         for n, w, a, b in zip(group, ws, ends, ends[1:]):
             merged_w[:, a:b] = w
@@ -536,19 +543,7 @@ class SiblingMatMulBiasFusion(SweepPass):
         g.initializers[bname] = np.concatenate([g.initializers[n.inputs[2]] for n in group])
         merged_out = ctx.fresh(x + "_sibling_mm")
         merged = Node("MatMulBias", DOMAIN, [x, wname, bname], [merged_out], {}, name=ctx.fresh("SiblingMatMulBias"))
-        outs = [n.outputs[0] for n in group]
-        opset = ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
-        if opset >= 13:
-            sname = ctx.fresh(x + "_sibling_split")
-            g.initializers[sname] = np.array(sizes, dtype=np.int64)
-            split = Node("Split", "", [merged_out, sname], outs, {"axis": -1}, name=ctx.fresh("SiblingMatMulSplit"))
-        else:
-            split = Node("Split", "", [merged_out], outs, {"axis": -1, "split": sizes},
-                         name=ctx.fresh("SiblingMatMulSplit"))
-        ids = {id(n) for n in group}
-        at = min(i for i, n in enumerate(g.nodes) if id(n) in ids)
-        rest = [n for n in g.nodes if id(n) not in ids]
-        g.nodes[:] = rest[:at] + [merged, split] + rest[at:]
+        _replace_by_split(g, ctx, group, merged, sizes, -1, x + "_sibling_split", "SiblingMatMulSplit")
         return True
 
 
