@@ -229,6 +229,7 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
 # every finite score up to ~1e30 (padding masks are written as -inf, finfo.min or -1e4..-1e9; only the first two
 # are at or below it, so a -10000 mask keeps the general route).
 _DROP_BELOW = -1e30
+_ROW_TERM = True
 
 
 def _drop_masked_keys(k, v, additive):
@@ -247,6 +248,8 @@ def _drop_masked_keys(k, v, additive):
         return k, v, additive
     drop = row <= _DROP_BELOW
     n_keep = k.shape[2] - int(np.count_nonzero(drop))
+    if n_keep == k.shape[2] and _ROW_TERM:  # nothing to drop: the one row stands for the term, or nothing when
+        return k, v, (row.reshape(1, 1, 1, -1) if row.any() else None)  # it is all zeros (adding 0 changes nothing)
     if n_keep == k.shape[2] or n_keep == 0:
         return k, v, additive
     if not (np.isfinite(k[:, :, drop]).all() and np.isfinite(v[:, :, drop]).all()):

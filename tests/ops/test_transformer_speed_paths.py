@@ -617,3 +617,31 @@ def test_level99_fortran_weights_replace_the_shared_original():
     assert after.flags.f_contiguous and np.array_equal(after, before)
     # the loaded model now holds the same memory (equal values: its content is unchanged), not the original
     assert np.shares_memory(model.graph.initializers["W1"], after) and not np.shares_memory(before, after)
+
+
+@pytest.mark.parametrize("case", ["zeros", "same_rows", "rows_differ", "nan_entry"])
+def test_mha_key_only_term_without_masked_keys(case, monkeypatch):
+    """A [1, 1, S, T] term with no masked key (a padding mask over a full-length input): the term is the same for
+    every query, so one row stands for it, and an all-zero term is left out (a NaN entry keeps the full term: the
+    rows no longer compare equal); results equal adding the full term."""
+    r = _rng(13)
+    S, N, H = 9, 3, 4
+    q, k, v = [r.standard_normal((1, S, N * H)).astype(np.float32) for _ in range(3)]
+    mask = np.zeros((1, 1, S, S), np.float32)
+    if case in ("same_rows", "rows_differ", "nan_entry"):
+        mask[...] = r.standard_normal(S).astype(np.float32)
+    if case == "rows_differ":
+        mask[0, 0, 4, 2] += 1.5
+    if case == "nan_entry":
+        mask[..., 5] = np.nan
+    terms = []
+    orig = ct._drop_masked_keys
+    monkeypatch.setattr(ct, "_drop_masked_keys", lambda *a: terms.append(orig(*a)[2]) or orig(*a))
+    got = _mha(q, k, v, mask, N)
+    monkeypatch.setattr(ct, "_ROW_TERM", False)
+    monkeypatch.setattr(ct, "_drop_masked_keys", orig)
+    want = _mha(q, k, v, mask, N)
+    expect_shape = {"zeros": None, "same_rows": (1, 1, 1, S), "rows_differ": (1, 1, S, S), "nan_entry": (1, 1, S, S)}
+    assert [None if t is None else t.shape for t in terms] == [expect_shape[case]]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, equal_nan=True)
