@@ -1,6 +1,8 @@
 """Direct access to the BLAS library numpy links, for what ``np.matmul`` cannot express: a GEMM that accumulates
 into its output (beta = 1) and operands that are strided views of a larger buffer (a row-major matrix with a row
-stride larger than its width, e.g. a window of a flattened zero-padded image).
+stride larger than its width, e.g. a window of a flattened zero-padded image) -- and OpenBLAS's out-of-place
+transpose (``cblas_somatcopy``), 3-4x faster than numpy's copy of a transposed view (a 3072 x 128 float32 matrix:
+0.29 vs 1.07 ms with a bias pass in both; numpy walks one side with a large stride element by element).
 
 The ``cblas_sgemm`` entry point is looked up among the shared objects loaded in this process (the same search
 as ``execution.threads``), only where its integer width is known: the ``64_``-suffixed ILP64 symbols of OpenBLAS
@@ -19,17 +21,19 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "sgemm"]
+__all__ = ["available", "sgemm", "transpose_available", "transpose_into"]
 
-_ROW_MAJOR, _NO_TRANS = 101, 111
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
           ("scipy_cblas_sgemm", ctypes.c_int32), ("cblas_sgemm", ctypes.c_int32))
 _CONFIGS = ("scipy_openblas_get_config", "openblas_get_config")
 _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
+_omat = None  # the bound cblas_somatcopy of the same library (None: not looked up yet, False: none)
 
 
 def _bind():
+    global _omat
     from ..execution.threads import _loaded_libraries
 
     for path in _loaded_libraries():
@@ -44,8 +48,21 @@ def _bind():
             P, F, E = ctypes.c_void_p, ctypes.c_float, ctypes.c_int
             f.argtypes = [E, E, E, itype, itype, itype, F, P, itype, P, itype, F, P, itype]
             f.restype = None
+            _omat = _bind_omatcopy(lib, name, itype)
             return f
     return None
+
+
+def _bind_omatcopy(lib, sgemm_name: str, itype):
+    """``cblas_somatcopy`` (an OpenBLAS extension) named like the bound sgemm, with the same integer width, or
+    False."""
+    g = getattr(lib, sgemm_name.replace("sgemm", "somatcopy"), None)
+    if g is None:
+        return False
+    P, F, E = ctypes.c_void_p, ctypes.c_float, ctypes.c_int
+    g.argtypes = [E, E, itype, itype, F, P, itype, P, itype]
+    g.restype = None
+    return g
 
 
 def _lp64_openblas(lib) -> bool:
@@ -59,11 +76,17 @@ def _lp64_openblas(lib) -> bool:
 
 
 def _self_test(f) -> bool:
+    global _omat
     rng = np.random.default_rng(1)
     a = rng.standard_normal((5, 7)).astype(np.float32)
     b = rng.standard_normal((7, 9)).astype(np.float32)
     c = np.ones((5, 9), dtype=np.float32)
     f(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, 5, 9, 7, 1.0, a.ctypes.data, 7, b.ctypes.data, 9, 1.0, c.ctypes.data, 9)
+    if _omat:  # a strided source (row stride 9 > 7 columns): the transpose must be exact
+        t = np.full((7, 5), np.nan, dtype=np.float32)
+        _omat(_ROW_MAJOR, _TRANS, 5, 7, 1.0, c.ctypes.data, 9, t.ctypes.data, 5)
+        if not np.array_equal(t, c[:, :7].T):
+            _omat = False
     return bool(np.allclose(c, a @ b + 1, rtol=1e-5, atol=1e-5))
 
 
@@ -97,6 +120,27 @@ def sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
     if m and n:
         _fn(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, float(beta),
             c.ctypes.data, ldc)
+
+
+def transpose_available() -> bool:
+    """True when :func:`transpose_into` runs OpenBLAS's transpose (else it is numpy's copy)."""
+    return available() and bool(_omat)
+
+
+def transpose_into(a: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[...] = a.T`` for a 2-D float32 ``a`` whose rows are contiguous (a row stride larger than its width is
+    fine) and a C-contiguous float32 ``out`` of the transposed shape; OpenBLAS's ``somatcopy`` when it is bound
+    (checked like sgemm), else numpy's copy.  Returns ``out``."""
+    if (_omat and available() and a.dtype == np.float32 and out.dtype == np.float32 and a.ndim == 2
+            and out.shape == a.shape[::-1] and out.flags.c_contiguous and out.flags.writeable and a.size
+            and (a.strides[1] == 4 or a.shape[1] == 1) and a.strides[0] % 4 == 0 and a.strides[0] // 4 >= a.shape[1]
+            and not np.may_share_memory(a, out)):
+        rows, cols = a.shape
+        _omat(_ROW_MAJOR, _TRANS, rows, cols, 1.0, a.ctypes.data, max(1, a.strides[0] // 4), out.ctypes.data,
+              max(1, rows))
+        return out
+    np.copyto(out, a.T)
+    return out
 
 
 def _ld(x: np.ndarray) -> int:

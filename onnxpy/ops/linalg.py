@@ -13,6 +13,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from . import _blas
 from ._ew_math import to_f32 as _act_f32
 from ._shape_util import NOT_CONST
 from .registry import kernel
@@ -151,8 +152,17 @@ def matmul_bias(A, B, bias):
 
 
 # Output widths up to this take the transposed product (see :func:`matmul_w`); wider outputs cost more to transpose
-# back than the product saves (measured: 128x3072 outputs ~0.9 ms to transpose against ~1 ms saved).
+# back with numpy than the product saves (measured: 128x3072 outputs ~0.9 ms to transpose against ~1 ms saved).
+# OpenBLAS's transpose (``_blas.transpose_into``, 3-4x numpy's) moves the limit: 128 x 2304 / 3072 products then run
+# 0.92-0.94x the plain ones; at 128 x 50257 (a language-model head) the transpose costs more than the product saves.
 _WT_MAX_N = 1024
+_WT_MAX_N_BLAS = 4096
+_YT_FAST = True  # test hook: the BLAS transpose on/off
+
+
+def yt_fast() -> bool:
+    """True when transposed products are turned back with OpenBLAS's transpose."""
+    return _YT_FAST and _blas.transpose_available()
 
 
 def matmul_w(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
@@ -163,10 +173,15 @@ def matmul_w(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.nd
     20-25% faster than ``a @ w`` at transformer shapes (128x768 @ 768x768: 0.84 vs 1.09 ms; 128x3072 @ 3072x768:
     3.5 vs 4.8 ms), and transposed back in the pass that adds the bias."""
     N = w.shape[1]
-    if w.flags.f_contiguous and not w.flags.c_contiguous and N <= _WT_MAX_N and a.shape[0] > 1:
+    if w.flags.f_contiguous and not w.flags.c_contiguous and a.shape[0] > 1 and (
+            N <= _WT_MAX_N or N <= _WT_MAX_N_BLAS and yt_fast()):
         yt = _matmul(w.T, a.T)
         out = np.empty((a.shape[0], N), yt.dtype)
-        if c is None:
+        if yt_fast() and yt.dtype == _F32:
+            _blas.transpose_into(yt, out)
+            if c is not None:
+                out += c
+        elif c is None:
             np.copyto(out, yt.T)
         else:
             np.add(yt.T, c, out=out)

@@ -188,3 +188,31 @@ def test_plain_cblas_name_only_from_lp64_openblas():
     assert not _blas._lp64_openblas(lib(b"OpenBLAS 0.3.31 USE64BITINT DYNAMIC_ARCH SkylakeX"))
     assert not _blas._lp64_openblas(lib(None))
     assert not _blas._lp64_openblas(SimpleNamespace())  # not OpenBLAS
+
+
+@pytest.mark.parametrize("shape,cut", [((3072, 128), None), ((1, 5), None), ((5, 1), None), ((7, 3), None),
+                                       ((10, 20), (3, 11)), ((6, 9), (0, 1))])
+@pytest.mark.parametrize("bound", [True, False])
+def test_transpose_into(shape, cut, bound, monkeypatch):
+    """transpose_into writes a.T exactly -- OpenBLAS's somatcopy where bound (row-strided sources included), numpy's
+    copy otherwise (or for other dtypes / layouts)."""
+    if not bound:
+        monkeypatch.setattr(_blas, "_omat", False)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(shape).astype(np.float32)
+    if cut:
+        a = a[:, cut[0]:cut[1]]
+    out = np.full(a.shape[::-1], np.nan, np.float32)
+    assert _blas.transpose_into(a, out) is out
+    assert np.array_equal(out, a.T)
+    d = a.astype(np.float64)  # (numpy's copy)
+    o64 = np.empty(d.shape[::-1])
+    assert np.array_equal(_blas.transpose_into(d, o64), d.T)
+    f = np.asfortranarray(a)  # (column-major source: numpy's copy)
+    assert np.array_equal(_blas.transpose_into(f, np.empty(a.shape[::-1], np.float32)), a.T)
+
+
+@needs_blas
+def test_transpose_bound_and_checked():
+    """numpy's OpenBLAS exports somatcopy; the binding passed its self-test (a strided 5 x 7 source)."""
+    assert _blas.transpose_available()

@@ -480,11 +480,14 @@ def test_feed_forward_fusion_guards():
 
 
 # ------------------------------------------------------------------ Fortran-ordered constant weights (level 99)
-@pytest.mark.parametrize("m,k,n", [(128, 300, 260), (1, 300, 260), (5, 64, 2000), (7, 40, 3)])
+@pytest.mark.parametrize("m,k,n", [(128, 300, 260), (1, 300, 260), (5, 64, 2000), (7, 40, 3), (3, 16, 4500)])
 @pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_matmul_w_layouts(m, k, n, layout, bias):
-    """matmul_w gives a fresh C-contiguous a @ w (+ c) for either weight layout and every width."""
+@pytest.mark.parametrize("blas_transpose", [True, False])
+def test_matmul_w_layouts(m, k, n, layout, bias, blas_transpose, monkeypatch):
+    """matmul_w gives a fresh C-contiguous a @ w (+ c) for either weight layout and every width (2000: the
+    transposed product only with OpenBLAS's transpose; 4500: past its limit too), with and without that transpose."""
+    monkeypatch.setattr(linalg, "_YT_FAST", blas_transpose)
     rng = _rng(1)
     w = np.asarray(rng.standard_normal((k, n)).astype(np.float32), order=layout)
     a = rng.standard_normal((m, k)).astype(np.float32)
