@@ -30,7 +30,7 @@ FILES = {
     'image_decoder.py': 1078483202,
     'indexing.py': 115352084,
     'internal.py': 2813173927,
-    'linalg.py': 991363829,
+    'linalg.py': 229384181,
     'loss.py': 270634760,
     'ml_linear.py': 1788275173,
     'ml_preprocess.py': 4190263144,

@@ -171,10 +171,12 @@ def matmul_w(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.nd
     A Fortran-ordered ``w`` (the layout the level-99 optimizer gives MatMulBias weights, and the transposed B of
     Gemm(transB=1)) is C-contiguous as ``w.T``: the product is then formed as ``(w.T @ a.T).T``, which OpenBLAS runs
     20-25% faster than ``a @ w`` at transformer shapes (128x768 @ 768x768: 0.84 vs 1.09 ms; 128x3072 @ 3072x768:
-    3.5 vs 4.8 ms), and transposed back in the pass that adds the bias."""
+    3.5 vs 4.8 ms), and turned back with OpenBLAS's transpose before the bias pass (float32, up to
+    ``_WT_MAX_N_BLAS`` columns), else with numpy's transposed copy in the pass that adds the bias (up to
+    ``_WT_MAX_N``)."""
     N = w.shape[1]
     if w.flags.f_contiguous and not w.flags.c_contiguous and a.shape[0] > 1 and (
-            N <= _WT_MAX_N or N <= _WT_MAX_N_BLAS and yt_fast()):
+            N <= _WT_MAX_N or N <= _WT_MAX_N_BLAS and w.dtype == _F32 and yt_fast()):
         yt = _matmul(w.T, a.T)
         out = np.empty((a.shape[0], N), yt.dtype)
         if yt_fast() and yt.dtype == _F32:
