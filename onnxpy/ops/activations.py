@@ -332,7 +332,10 @@ def _softmax(x, axes):
     return _down(e, x)
 
 
-_EXP_SAFE32 = 60.0  # exp(60) ~ 1e26: a row of up to 1e12 such terms still sums to a finite float32
+# Softmax without the row maxima (here and in contrib_transformer's attention): no element above this (e^60 per
+# term: row sums stay finite in float32 for up to ~3e12 terms), and every row sum at least _ROW_SUM_MIN (no row lost
+# precision to underflow without the max subtraction)
+_EXP_SAFE32 = 60.0
 _ROW_SUM_MIN = 1e-20
 
 

@@ -379,15 +379,20 @@ _ACT_PARAM_COUNT = {"LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2, "Elu": 1, "Scal
                     "ParametricSoftplus": 2, "Selu": 2}
 
 
+def _params_short(activation: str, params) -> bool:
+    """True when an activation that needs parameters (LeakyRelu, Clip, HardSigmoid) has fewer than it needs."""
+    return activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < _ACT_PARAM_COUNT.get(activation, 0)
+
+
 @kernel("FusedConv", since=1, domain=MS_DOMAIN)
 def fused_conv(X, W, B=None, Z=None, *, activation="", activation_params=None, auto_pad="NOTSET", dilations=None,
                group=1, kernel_shape=None, pads=None, strides=None):
     op = "FusedConv"
     x = _float_arr(X, op, "X")
     params = list(activation_params or [])
-    need = _ACT_PARAM_COUNT.get(activation, 0)
-    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < need:
-        raise ValueError(f"{op}: activation {activation} needs {need} activation_params, got {len(params)}")
+    if _params_short(activation, params):
+        raise ValueError(f"{op}: activation {activation} needs {_ACT_PARAM_COUNT[activation]} activation_params, "
+                         f"got {len(params)}")
     y = _conv(_up(x), _up(_float_arr(W, op, "W")), None if B is None else _up(np.asarray(B)), auto_pad=auto_pad,
               dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     y = np.array(y, copy=True) if not y.flags.writeable else y
@@ -418,7 +423,7 @@ def _fused_conv_specialize(consts, kwargs):
         return None
     activation = kwargs.get("activation", "")
     params = list(kwargs.get("activation_params") or [])
-    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < _ACT_PARAM_COUNT.get(activation, 0):
+    if _params_short(activation, params):
         return None  # the generic kernel reports it
     generic = fused_conv
     W = consts[1]
@@ -485,7 +490,7 @@ def _conv_concat_specialize(consts, kwargs):
     activation = kwargs.get("activation", "")
     activation = activation.decode() if isinstance(activation, bytes) else activation
     params = list(kwargs.get("activation_params") or [])
-    if activation in ("LeakyRelu", "Clip", "HardSigmoid") and len(params) < _ACT_PARAM_COUNT.get(activation, 0):
+    if _params_short(activation, params):
         return None
     ws, bs = consts[1::3], consts[2::3]
     if any(type(w) is not np.ndarray or w.ndim != 4 or w.dtype not in (_F32, _F64) for w in ws):

@@ -20,6 +20,7 @@ from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
 from ._common import rotate as _rotate
 from ._ew_math import to_f32 as _to_f32
+from .activations import _EXP_SAFE32, _ROW_SUM_MIN
 from .registry import MS_DOMAIN, kernel
 
 
@@ -162,8 +163,8 @@ def _causal_t(S: int, T: int, past: int) -> np.ndarray:
     return c
 
 
-_EXP_SAFE = 60.0  # e^60 per key: row sums stay finite in float32 for up to 3e12 keys
-_DEN_MIN = 1e-20  # row sums at least this: no row lost precision to underflow without the max subtraction
+_EXP_SAFE = _EXP_SAFE32  # (the unshifted softmax's bounds, shared with activations._softmax_trailing_unshifted)
+_DEN_MIN = _ROW_SUM_MIN
 
 
 def _scores_t(k, qs, additive, causal_past, S, T, dt):

@@ -175,11 +175,12 @@ def matmul_w(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.nd
     ``_WT_MAX_N_BLAS`` columns), else with numpy's transposed copy in the pass that adds the bias (up to
     ``_WT_MAX_N``)."""
     N = w.shape[1]
+    fast = w.dtype == _F32 and a.dtype == _F32 and yt_fast()  # (the product is turned back by OpenBLAS)
     if w.flags.f_contiguous and not w.flags.c_contiguous and a.shape[0] > 1 and (
-            N <= _WT_MAX_N or N <= _WT_MAX_N_BLAS and w.dtype == _F32 and yt_fast()):
+            N <= _WT_MAX_N or fast and N <= _WT_MAX_N_BLAS):
         yt = _matmul(w.T, a.T)
         out = np.empty((a.shape[0], N), yt.dtype)
-        if yt_fast() and yt.dtype == _F32:
+        if fast:
             _blas.transpose_into(yt, out)
             if c is not None:
                 out += c

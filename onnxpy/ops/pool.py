@@ -539,7 +539,6 @@ def _global(X, op, fn):
     return fn(axes)
 
 
-# GlobalAveragePool sums planes of at most this many elements with a matrix-vector product.
 @kernel("GlobalAveragePool", since=(1, 22))
 def global_average_pool(X):
     x = _float_input(X, "GlobalAveragePool")

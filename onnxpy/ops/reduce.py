@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import ml_dtypes
-
 import numpy as np
 
 from ._common import ones_vector

@@ -421,7 +421,6 @@ class PoolProjectionSwap(SweepPass):
         return True
 
 
-
 def _concat_member(n, g):
     """(x, W, B or '', activation, params, pads, strides, dilations, group) of a ConvConcat member: a 2-D Conv or
     FusedConv with a constant 4-D float filter (and bias), explicit or VALID padding, no Z input; else None."""
