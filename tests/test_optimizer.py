@@ -288,3 +288,70 @@ def test_gelu_half_first_needs_the_same_x(tmp_path):
     last.input[0] = "X"  # another tensor of the same shape
     _, saved = _optimized(model, 2, tmp_path)
     assert "Erf" in [n.op_type for n in saved.graph.node]
+
+
+def _noop_chain(x, tag):
+    """Nodes that are no-ops on the float tensor ``x`` (Dropout, a full-range Slice, a float -> float Cast), then
+    Neg: (nodes, output name, constants the Slice reads, value_info declaring the Cast input's type)."""
+    c = [numpy_helper.from_array(np.array([0], np.int64), f"{tag}_s"),
+         numpy_helper.from_array(np.array([2 ** 63 - 1], np.int64), f"{tag}_e"),
+         numpy_helper.from_array(np.array([0], np.int64), f"{tag}_a")]
+    nodes = [helper.make_node("Dropout", [x], [f"{tag}_d"]),
+             helper.make_node("Slice", [f"{tag}_d", f"{tag}_s", f"{tag}_e", f"{tag}_a"], [f"{tag}_sl"]),
+             helper.make_node("Cast", [f"{tag}_sl"], [f"{tag}_c"], to=TensorProto.FLOAT),
+             helper.make_node("Neg", [f"{tag}_c"], [f"{tag}_o"])]
+    vi = [helper.make_tensor_value_info(f"{tag}_sl", TensorProto.FLOAT, [4])]
+    return nodes, f"{tag}_o", c, vi
+
+
+def test_level_passes_run_inside_if_and_loop_bodies(tmp_path):
+    """Like onnxruntime's transformers, the level's passes rewrite If branches and Loop bodies (not only constant
+    folding there): no-op Dropout / Slice / Cast disappear inside them, values a nested subgraph reads are renamed
+    there too, and results and the saved model (valid in onnxruntime) are unchanged."""
+    t_nodes, t_out, t_c, t_vi = _noop_chain("X", "t")
+    then = helper.make_graph(t_nodes, "then", [], [helper.make_tensor_value_info(t_out, TensorProto.FLOAT, [4])],
+                             t_c, value_info=t_vi)
+    els = helper.make_graph([helper.make_node("Identity", ["X"], ["e_o"])], "else", [],
+                            [helper.make_tensor_value_info("e_o", TensorProto.FLOAT, [4])])
+    # Loop body: the no-op chain on the carried value, and a nested If reading the Slice's output (renamed there)
+    b_nodes, b_out, b_c, b_vi = _noop_chain("v_in", "b")
+    inner = helper.make_graph([helper.make_node("Add", [b_out, "b_sl"], ["i_o"])], "inner", [],
+                              [helper.make_tensor_value_info("i_o", TensorProto.FLOAT, [4])])
+    inner_else = helper.make_graph([helper.make_node("Identity", [b_out], ["ie_o"])], "inner_else", [],
+                                   [helper.make_tensor_value_info("ie_o", TensorProto.FLOAT, [4])])
+    body = helper.make_graph(
+        b_nodes + [helper.make_node("If", ["c"], ["v_out"], then_branch=inner, else_branch=inner_else),
+                   helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4])], b_c, value_info=b_vi)
+    trips = numpy_helper.from_array(np.array(3, np.int64), "trips")
+    model = _model([helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=els),
+                    helper.make_node("Loop", ["trips", "", "Y"], ["Z"], body=body)],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4]),
+                    helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                   [helper.make_tensor_value_info("Z", TensorProto.FLOAT, [4])], [trips])
+    x = np.array([1.5, -2.0, 0.25, 3.0], np.float32)
+    feeds = [{"X": x, "c": np.array(flag)} for flag in (True, False)]
+    ortref = pytest.importorskip("onnxruntime")
+    ref = ortref.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for level in LEVELS:
+        sess, saved = _optimized(model, level, tmp_path)
+        for f in feeds:
+            np.testing.assert_array_equal(sess.run(None, f)[0], ref.run(None, f)[0])
+        if level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            continue
+        if_node, loop_node = saved.graph.node
+        then_saved = next(a.g for a in if_node.attribute if a.name == "then_branch")
+        assert [n.op_type for n in then_saved.node] == ["Neg"]
+        body_saved = next(a.g for a in loop_node.attribute if a.name == "body")
+        assert [n.op_type for n in body_saved.node if n.op_type != "Identity"] == ["Neg", "If"]
+        nested = next(a.g for a in body_saved.node[[n.op_type for n in body_saved.node].index("If")].attribute
+                      if a.name == "then_branch")
+        assert nested.node[0].input[1] == "v_in"  # the Slice output it read, renamed to the Slice's source
+        if level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC:
+            theirs = ortref.InferenceSession(saved.SerializeToString(), providers=["CPUExecutionProvider"])
+            for f in feeds:
+                np.testing.assert_array_equal(theirs.run(None, f)[0], ref.run(None, f)[0])

@@ -162,7 +162,7 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         ctx.source = source
         with free_names_memo():
             _run_passes(model.graph, chosen, ctx)
-            inner = [p for p in chosen if p.name in SUBGRAPH_PASSES]
+            inner = [p for p in chosen if p.name not in SUBGRAPH_SKIP]
             if inner:
                 _optimize_subgraphs(model.graph, inner, ctx, {})
         model.applied_passes = dict(ctx.applied)
@@ -242,7 +242,7 @@ def _freeze(g: Graph, user: set) -> None:
             _freeze(sub, user)
 
 
-SUBGRAPH_PASSES = ("ConstantFolding", "EliminateIdentity", "DeadCodeElimination", "ConvActivationFusion")
+SUBGRAPH_SKIP = ("Float16ComputeInFloat32All",)
 HOIST_LIMIT = 1 << 20  # bytes: outer-scope constants up to this size are copied into a subgraph for folding
 
 
@@ -273,16 +273,35 @@ def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
             _optimize_subgraphs(sub, passes, ctx, consts)
 
 
+def _anchor_ops(p):
+    """The op types one of which ``p`` needs in the graph to do anything (its anchors), or None when it does not
+    say (such passes always run)."""
+    from .fusions import AnchoredFusion, SweepPass
+
+    cls = type(p)
+    if isinstance(p, SweepPass) and cls.apply is SweepPass.apply and cls.wants is SweepPass.wants:
+        return frozenset(p.anchors)
+    if isinstance(p, AnchoredFusion) and cls.apply is AnchoredFusion.apply:
+        return frozenset((p.anchor,))
+    return None
+
+
 def _run_passes(g: Graph, passes, ctx) -> None:
-    """Apply ``passes`` in turn until a round changes nothing (at most MAX_ROUNDS rounds)."""
+    """Apply ``passes`` in turn until a round changes nothing (at most MAX_ROUNDS rounds).  A pass whose anchor op
+    types are all absent is skipped without a look at the nodes (If/Loop bodies are many and small)."""
+    needs = [_anchor_ops(p) for p in passes]
     for _ in range(MAX_ROUNDS):
         changed = 0
-        for p in passes:
+        present = {n.op_type for n in g.nodes}
+        for p, need in zip(passes, needs):
+            if need is not None and need.isdisjoint(present):
+                continue
             n = p.apply(g, ctx)
             if n:
                 forget_free_names()
                 ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
                 log.debug("%s applied %d time(s)", p.name, n)
+                present = {n.op_type for n in g.nodes}
             changed += n
         if not changed:
             break

@@ -97,7 +97,8 @@ class _QDQBase(SweepPass):
         return elem_types(g)  # refreshed in place after each fusion (see _retype)
 
     def apply(self, g, ctx):
-        if qdq_disabled(ctx):
+        # every rewrite starts from a DequantizeLinear feeding the op
+        if qdq_disabled(ctx) or not any(n.op_type == "DequantizeLinear" for n in g.nodes):
             return 0
         return super().apply(g, ctx)
 

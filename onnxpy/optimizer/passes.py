@@ -139,6 +139,8 @@ class ConvBNFusion(Pass):
     level = 1
 
     def apply(self, g, ctx):
+        if not any(n.op_type == "BatchNormalization" for n in g.nodes):
+            return 0
         prod = producers(g)
         cons = consumers(g)
         outs = graph_output_names(g)
