@@ -214,3 +214,97 @@ def test_if_fast_path_branches_and_bad_condition():
     np.testing.assert_array_equal(s.run(None, {"c": np.array([False]), "x": x})[0], -x)
     with pytest.raises(Exception, match="exactly one element"):
         s.run(None, {"c": np.array([True, False]), "x": x})
+
+
+# --- the generated straight-line runner (executor._compile) against the step loop ---------------------------------
+def _mixed_model():
+    """Multi-output Split, an absent optional output (Dropout's mask), a 0-d ReduceSum (numpy scalar results are
+    normalised), donors, and an If whose one-node branches run generated runners of their own."""
+    axes = np.array([1], np.int64)
+    then = helper.make_graph([helper.make_node("Neg", ["p"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TP.FLOAT, None)])
+    els = helper.make_graph([helper.make_node("Identity", ["p"], ["e"])], "else", [],
+                            [helper.make_tensor_value_info("e", TP.FLOAT, None)])
+    return _model(
+        [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+         helper.make_node("Split", ["b"], ["p", "q"], axis=1, num_outputs=2),
+         helper.make_node("Dropout", ["q"], ["d"]),
+         helper.make_node("ReduceSum", ["d"], ["s"], keepdims=0),
+         helper.make_node("ReduceSum", ["x", "axes"], ["r"], keepdims=1),
+         helper.make_node("Greater", ["s", "zero"], ["c"]),
+         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els),
+         helper.make_node("Add", ["y", "r"], ["z"])],
+        [("x", SHAPE)], ["z", "s"], inits=[("axes", axes), ("zero", np.array(0, np.float32))], opset=18)
+
+
+def test_generated_runner_matches_the_loop(monkeypatch):
+    from onnxpy.execution import executor
+
+    blob = _mixed_model()
+    compiled = _session(blob)
+    x = _x(3)
+    for _ in range(executor._COMPILE_AFTER_RUNS):
+        compiled.run(None, {"x": x})  # the loop's runs
+    got = compiled.run(None, {"x": x})
+    assert type(compiled._plan.compiled) is tuple
+    monkeypatch.setattr(executor, "_COMPILE", False)
+    loop = _session(blob)
+    for _ in range(executor._COMPILE_AFTER_RUNS):
+        loop.run(None, {"x": x})
+    want = loop.run(None, {"x": x})
+    assert loop._plan.compiled is False
+    for g, w in zip(got, want):
+        assert type(g) is np.ndarray and g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[1], np.maximum(-x, 0)[:, 4:].sum())
+
+
+def test_generated_runner_reports_the_failing_node_as_the_loop_does(monkeypatch):
+    from onnxpy.execution import executor
+
+    blob = _model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Reshape", ["a", "shape"], ["b"],
+                                                                          name="bad_reshape"),
+                   helper.make_node("Relu", ["b"], ["y"])],
+                  [("x", ("n", 3))], ["y"], inits=[("shape", np.array([-1, 6], np.int64))])
+    msgs = []
+    for flag in (True, False):
+        monkeypatch.setattr(executor, "_COMPILE", flag)
+        s = _session(blob)
+        for _ in range(executor._COMPILE_AFTER_RUNS):  # the loop's runs (successful ones count)
+            s.run(None, {"x": np.ones((2, 3), np.float32)})
+        assert (type(s._plan.compiled) is tuple) is flag
+        with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail) as ei:
+            s.run(None, {"x": np.ones((3, 3), np.float32)})
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1]
+    assert "bad_reshape" in msgs[0] and "a: float32[3, 3]" in msgs[0]
+
+
+def test_generated_runner_still_donates():
+    x = _x(4)
+    blob = _model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                  [("x", SHAPE)], ["y"])
+    s = _session(blob)
+    for _ in range(3):
+        s.run(None, {"x": x})
+    assert type(s._plan.compiled) is tuple
+    donor = next(f[0] for f in s._plan.fast if f[2] == 2)
+    calls = []
+    for key, fn in list(donor.bound.items()):
+        donor.bound[key] = lambda *a, _fn=fn, **k: calls.append(1) or _fn(*a, **k)
+    y = s.run(None, {"x": x})[0]
+    assert calls  # Relu ran in place on Neg's fresh output
+    np.testing.assert_array_equal(y, np.maximum(-x, 0))
+
+
+def test_very_long_plans_run_the_loop(monkeypatch):
+    from onnxpy.execution import executor
+
+    monkeypatch.setattr(executor, "_COMPILE_MAX_STEPS", 1)
+    blob = _model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+                  [("x", (3,))], ["y"])
+    s = _session(blob)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(-x, 0))
+    assert s._plan.compiled is False

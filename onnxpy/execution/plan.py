@@ -57,6 +57,9 @@ class ExecutionPlan:
     # mode 0 calls ``fn(get(vals))``, mode 1 ``fn(*get(vals))`` and mode 2 ``fn(vals)`` (an in-place donor);
     # ``out`` is the single output slot (0 when the step has several outputs or an absent one)
     fast: tuple = ()
+    # the executor's generated runner of ``fast``, built after a few runs (executor._run_steps): None or a run
+    # count before, then (the fast tuple it was made from, runner), or False when the loop stays
+    compiled: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if not self.fast and self.steps:
