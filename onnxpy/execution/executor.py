@@ -104,7 +104,7 @@ def _one(res):
 # _COMPILE_MAX_STEPS keep the loop (their steps are heavy enough for the loop's overhead not to matter).
 _COMPILE = True  # test hook: the generated runner on/off
 _COMPILE_AFTER_RUNS = 2
-_COMPILE_MAX_STEPS = 3000
+_COMPILE_MAX_STEPS = 2000
 
 
 def _run_steps(plan, vals):
