@@ -428,6 +428,7 @@ def _fused_conv_specialize(consts, kwargs):
     generic = fused_conv
     W = consts[1]
     relu = activation == "Relu"
+    zero = W.dtype.type(0)  # (a scalar of the weights' type: numpy converts a Python 0 on every call)
 
     def run(X, Wr, B=None, Z=None):
         if type(X) is not np.ndarray or X.dtype != W.dtype:
@@ -436,7 +437,7 @@ def _fused_conv_specialize(consts, kwargs):
         if not y.flags.writeable:
             y = np.array(y, copy=True)
         if relu and Z is None:
-            return np.maximum(y, 0, out=y)
+            return np.maximum(y, zero, out=y)
         return _fused_conv_tail(y, Z, X.dtype, activation, params)
 
     return run

@@ -23,6 +23,7 @@ from ._spatial import (
     windows,
 )
 from . import _blas
+from .linalg import _dot2
 from .registry import kernel
 from .winograd import winograd_conv2d
 
@@ -923,7 +924,7 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
         N = shape[0]
         ext = np.concatenate((X.reshape(N, -1), tail), axis=1)
         if N == 1:
-            return np.matmul(wb, ext.take(idx)).reshape(1, M, idx.shape[1])
+            return _dot2(wb, ext.take(idx)).reshape(1, M, idx.shape[1])
         return np.matmul(wb, ext[:, idx])
 
     return run

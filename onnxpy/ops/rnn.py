@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _ew_math as _fast
+from .linalg import _dot2
 from .registry import kernel
 
 # --------------------------------------------------------------------------------------------------------------
@@ -482,7 +483,7 @@ def _spec_lstm(consts, kwargs):
                 one = np.ones((Bsz, 1), ct)
                 if len(ones) < 16:
                     ones[Bsz] = one
-            g = np.concatenate((Xc[0], h, one), axis=1) @ WRb
+            g = _dot2(np.concatenate((Xc[0], h, one), axis=1), WRb)
             h, c = _lstm_cell(g, c, H, expit)
             # fresh arrays; with Y asked for too, Y_h gets its own copy so that no two outputs share memory
             Y = h.reshape(1, 1, Bsz, H).astype(od, copy=False) if want_y else None
@@ -492,7 +493,7 @@ def _spec_lstm(consts, kwargs):
         xw = (Xc.reshape(T * Bsz, I) @ Wt).reshape(T, Bsz, H4)
         xw += bias
         for t in range(T):
-            g = h @ Rt
+            g = _dot2(h, Rt)
             g += xw[t]
             h, c = _lstm_cell(g, c, H, expit)
             if Y is not None:
