@@ -717,3 +717,16 @@ def test_shape_chain_vs_onnxruntime():
         x = _f(*shape)
         for a, b in zip(s.run(None, {"x": x}), o.run(None, {"x": x})):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("e", [2.0, 3.0, 0.5, -1.0, 1.0, 1.5])
+@pytest.mark.parametrize("base", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("e_shape", [(), (1,), (1, 1)])
+def test_pow_constant_exponent(e, base, e_shape):
+    x = np.abs(_f(2, 3)).astype(base) + (1 if base is np.int32 else 0)
+    if base is np.int32 and e not in (2.0, 3.0, 1.0):
+        return  # (integer bases with fractional / negative exponents: not this fast path's business)
+    exp = np.full(e_shape, e, np.float32 if base is not np.int32 else np.int32)
+    if base is not np.int32:
+        exp = exp.astype(base)
+    check("Pow", [x[0] if e_shape == (1, 1) else x], [exp], specialised=e != 1.5)

@@ -188,6 +188,26 @@ def pow_(x, y):
     return _pow_float(x, y)
 
 
+def _pow_specialize(consts, kwargs):
+    """A constant one-element exponent with a multiply form (x ** 2 in norms and STFT magnitudes): the lookup is done
+    once, per plan; any other base than a float32/float64 array of at least the exponent's rank takes ``pow_``."""
+    y = consts[1] if len(consts) == 2 else None
+    if type(y) is not np.ndarray or y.size != 1 or y.dtype.kind not in "fiu":
+        return None
+    fast = _POW_FAST.get(float(y.reshape(-1)[0]))
+    if fast is None:
+        return None
+    nd = y.ndim
+
+    def pow_const(x, e):
+        if type(x) is np.ndarray and x.dtype in _NATIVE_FLOATS and nd <= x.ndim and e is y:
+            return fast(x)
+        return pow_(x, e)
+
+    return pow_const
+
+
+pow_.specialize = _pow_specialize
 kernel("Pow", (7, 12, 13, 15))(pow_)
 kernel("Pow", 1)(_legacy_binary(pow_, "pow_legacy"))
 
