@@ -100,7 +100,7 @@ def _one(res):
 # A plan that has run a few times runs as generated straight-line Python (one statement per step reading and
 # writing the slot list), which drops the per-step tuple unpacking, argument gathering and mode dispatch of the
 # loop below: ~0.2-0.5 us per step, 5-7% of a small model such as silero-vad.  Python compiles such code at
-# ~60-80 us per step, so one-off plans (constant folding runs single nodes) never pay it, and plans longer than
+# ~60-100 us per step, so one-off plans (constant folding runs single nodes) never pay it, and plans longer than
 # _COMPILE_MAX_STEPS keep the loop (their steps are heavy enough for the loop's overhead not to matter).
 _COMPILE = True  # test hook: the generated runner on/off
 _COMPILE_AFTER_RUNS = 2
@@ -157,7 +157,7 @@ def _compile(fast):
         tb = e.__traceback__
         step = line_step[tb.tb_lineno]  # (the first entry is the runner's own frame: the failing step's line)
         if isinstance(e, RecursionError):
-            raise step_error(step, (), e) from None
+            raise _nesting_error(step, e) from None
         raise node_error(step, [vals[i] for i in step.ins], e) from e
 
     env["_fail"] = _fail
@@ -165,11 +165,9 @@ def _compile(fast):
     return env["run"]
 
 
-def step_error(step, args, exc: BaseException) -> Exception:
-    """The error a failing step raises: a too-deep nesting names the node, anything else is :func:`node_error`."""
-    if isinstance(exc, RecursionError):
-        return Fail.make(f"Graph nesting too deep while running {step.node.describe()}: {exc}")
-    return node_error(step, args, exc)
+def _nesting_error(step, exc: RecursionError) -> Exception:
+    """The error of a step that ran out of recursion depth (deeply nested subgraphs)."""
+    return Fail.make(f"Graph nesting too deep while running {step.node.describe()}: {exc}")
 
 
 def _run_steps_loop(plan, vals):
@@ -198,7 +196,7 @@ def _run_steps_loop(plan, vals):
     except _OrtError:
         raise
     except RecursionError as e:
-        raise step_error(step, (), e) from None
+        raise _nesting_error(step, e) from None
     except Exception as e:  # noqa: BLE001 - every kernel failure becomes an onnxruntime-style error
         raise node_error(step, [vals[i] for i in step.ins], e) from e
 
@@ -231,6 +229,6 @@ def _run_steps_ctx(plan, vals, ctx: RunContext):
     except _OrtError:
         raise
     except RecursionError as e:
-        raise step_error(step, (), e) from None
+        raise _nesting_error(step, e) from None
     except Exception as e:  # noqa: BLE001
         raise node_error(step, args, e) from e
