@@ -21,7 +21,7 @@ FILES = {
     'contrib_quant.py': 4231347734,
     'contrib_quant_seq.py': 1800410504,
     'contrib_text.py': 3801658225,
-    'contrib_transformer.py': 1984330330,
+    'contrib_transformer.py': 2666027384,
     'control_flow.py': 569346420,
     'conv.py': 3447530806,
     'detection.py': 798962701,

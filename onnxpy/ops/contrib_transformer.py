@@ -20,7 +20,8 @@ from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
 from ._common import rotate as _rotate
 from ._ew_math import to_f32 as _to_f32
-from .activations import _EXP_SAFE32, _ROW_SUM_MIN
+from .activations import _EXP_SAFE32 as _EXP_SAFE  # the unshifted softmax's bounds, shared with activations
+from .activations import _ROW_SUM_MIN as _DEN_MIN
 from .registry import MS_DOMAIN, kernel
 
 
@@ -161,10 +162,6 @@ def _causal_t(S: int, T: int, past: int) -> np.ndarray:
         c.flags.writeable = False
         _CAUSAL_T[key] = c
     return c
-
-
-_EXP_SAFE = _EXP_SAFE32  # (the unshifted softmax's bounds, shared with activations._softmax_trailing_unshifted)
-_DEN_MIN = _ROW_SUM_MIN
 
 
 def _scores_t(k, qs, additive, causal_past, S, T, dt):

@@ -274,10 +274,13 @@ def _optimize_subgraphs(g: Graph, passes, ctx, outer_consts: dict) -> None:
 
 
 def _anchor_ops(p):
-    """The op types one of which ``p`` needs in the graph to do anything (its anchors), or None when it does not
-    say (such passes always run)."""
+    """The op types one of which ``p`` needs in the graph to do anything (declared as ``needs``, else its anchors),
+    or None when it does not say (such passes always run)."""
     from .fusions import AnchoredFusion, SweepPass
 
+    needs = getattr(p, "needs", None)
+    if needs is not None:
+        return needs
     cls = type(p)
     if isinstance(p, SweepPass) and cls.apply is SweepPass.apply and cls.wants is SweepPass.wants:
         return frozenset(p.anchors)
@@ -292,7 +295,7 @@ def _run_passes(g: Graph, passes, ctx) -> None:
     needs = [_anchor_ops(p) for p in passes]
     for _ in range(MAX_ROUNDS):
         changed = 0
-        present = {n.op_type for n in g.nodes}
+        present = {node.op_type for node in g.nodes}
         for p, need in zip(passes, needs):
             if need is not None and need.isdisjoint(present):
                 continue
@@ -301,7 +304,7 @@ def _run_passes(g: Graph, passes, ctx) -> None:
                 forget_free_names()
                 ctx.applied[p.name] = ctx.applied.get(p.name, 0) + n
                 log.debug("%s applied %d time(s)", p.name, n)
-                present = {n.op_type for n in g.nodes}
+                present = {node.op_type for node in g.nodes}
             changed += n
         if not changed:
             break

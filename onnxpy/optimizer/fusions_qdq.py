@@ -96,9 +96,10 @@ class _QDQBase(SweepPass):
     def begin(self, g, ctx):
         return elem_types(g)  # refreshed in place after each fusion (see _retype)
 
+    needs = frozenset(("DequantizeLinear",))  # every rewrite starts from a DequantizeLinear feeding the op
+
     def apply(self, g, ctx):
-        # every rewrite starts from a DequantizeLinear feeding the op
-        if qdq_disabled(ctx) or not any(n.op_type == "DequantizeLinear" for n in g.nodes):
+        if qdq_disabled(ctx):
             return 0
         return super().apply(g, ctx)
 

@@ -17,6 +17,9 @@ DEFAULT_FOLD_LIMIT = 1 << 28  # bytes: larger folded outputs stay computed at ru
 class Pass:
     name = "Pass"
     level = 1
+    # op types one of which the graph must hold for the pass to do anything (the pass runner skips it otherwise);
+    # None: not declared (SweepPass / AnchoredFusion derive it from their anchors, see optimizer._anchor_ops)
+    needs: frozenset | None = None
 
     def apply(self, g: Graph, ctx) -> int:  # pragma: no cover - interface
         raise NotImplementedError
@@ -137,10 +140,9 @@ class ConvBNFusion(Pass):
 
     name = "ConvBNFusion"
     level = 1
+    needs = frozenset(("BatchNormalization",))
 
     def apply(self, g, ctx):
-        if not any(n.op_type == "BatchNormalization" for n in g.nodes):
-            return 0
         prod = producers(g)
         cons = consumers(g)
         outs = graph_output_names(g)
