@@ -104,6 +104,7 @@ class SessionState:
             if v.name in init_names:
                 self.feed_specs[v.name] = (self.plan.input_slots[v.name], v.type, None)
         self.output_index = {n: i for i, n in enumerate(self.plan.output_names)}
+        self._fetch_index: dict = {}  # output-name tuple -> positions (the lean run path)
         # The lean run path's feed table: plain tensor inputs -> (slot, numpy dtype or None, rank or None,
         # ((axis, fixed dim), ...), required).  Anything it does not cover goes through convert_feed.
         self.lean_feeds = {}
@@ -201,15 +202,40 @@ class SessionState:
         return feeds if found == self.n_required else None
 
     def run(self, output_names, input_feed, run_options=None):
-        if (run_options is None and not output_names and type(input_feed) is dict and self.profiler is None
-                and self.parallel is None):
+        if run_options is None and type(input_feed) is dict and self.profiler is None and self.parallel is None:
+            if not output_names:
+                idx = None
+            elif type(output_names) is list or type(output_names) is tuple:
+                idx = self._lean_index(output_names)
+                if idx is None:
+                    return self._run_full(output_names, input_feed, run_options)  # (reports the unknown name)
+            else:
+                return self._run_full(output_names, input_feed, run_options)
             feeds = self._lean_feeds(input_feed)
             if feeds is not None:
-                return self._run_lean(output_names, feeds)
+                return self._run_lean(output_names, feeds, idx)
         return self._run_full(output_names, input_feed, run_options)
 
-    def _run_lean(self, output_names, feeds):
-        """:meth:`run` for plain feeds, all outputs, no run options (the checks above stand for convert_feed)."""
+    def _lean_index(self, output_names):
+        """Positions of the requested outputs in the plan's output list (remembered per name tuple), or None when
+        a name is unknown or not a string (the full path then raises onnxruntime's error)."""
+        key = tuple(output_names)
+        idx = self._fetch_index.get(key)
+        if idx is None:
+            get = self.output_index.get
+            try:
+                idx = [get(n) if type(n) is str else None for n in key]
+            except TypeError:  # (an unhashable name)
+                return None
+            if None in idx:
+                return None
+            if len(self._fetch_index) < 64:
+                self._fetch_index[key] = idx
+        return idx
+
+    def _run_lean(self, output_names, feeds, idx=None):
+        """:meth:`run` for plain feeds, no run options (the checks above stand for convert_feed); ``idx`` picks the
+        requested outputs (None: all of them)."""
         if isinstance(output_names, (str, bytes)):
             return self._run_full(output_names, {}, None)  # (raises the usual TypeError)
         if self.blas_threads:
@@ -222,6 +248,8 @@ class SessionState:
             limits.restore(prev)
         if self.shrink_arena:
             release_heap()
+        if idx is not None:
+            outs = [outs[i] for i in idx]
         const_ids = self._const_ids
         res = []
         for o in outs:

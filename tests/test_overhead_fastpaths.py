@@ -535,6 +535,29 @@ def test_lean_run_feed_errors_unchanged():
     np.testing.assert_array_equal(s.run(["xo"], {"c": np.array([True]), "x": x})[0], x)
 
 
+def test_lean_run_named_outputs():
+    """Named outputs take the lean path too: the same selection, order, duplicates and errors as the full path."""
+    s = _session(_if_model())
+    x = _f(2, 3)
+    feed = {"c": np.array([True]), "x": x}
+    for names in (["xo"], ("y",), ["xo", "y"], ["y", "xo", "y"]):
+        got = s.run(list(names) if isinstance(names, list) else names, feed)
+        full = s._state._run_full(list(names), feed)
+        assert len(got) == len(names)
+        for g, f, n in zip(got, full, names):
+            np.testing.assert_array_equal(g, f)
+            np.testing.assert_array_equal(g, x + 2 if n == "y" else x)
+    xo = s.run(["xo"], feed)[0]
+    assert xo is not x  # an output that is a feed is still the caller's own copy
+    assert s._state._fetch_index[("xo",)] == [1]
+    for bad in (["nope"], ["y", "nope"], [1], [["y"]]):
+        with pytest.raises(Exception, match="Invalid output name|incompatible|unhashable|not"):
+            s.run(bad, feed)
+    with pytest.raises(Exception, match="Invalid output name:nope"):
+        s.run(["nope"], feed)
+    assert ("nope",) not in s._state._fetch_index
+
+
 def test_if_branch_with_run_options_and_profiling(tmp_path):
     s = _session(_if_model())
     x = _f(2, 3)

@@ -76,7 +76,8 @@ _GH = tuple(np.float32(-c * 1.4426950408889634) for c in (
     1.5957701362477157, 0.07266547502557592, -6.460973021683908e-05, -0.00011081503587274633,
     7.962081394954778e-06, -2.6688682643016447e-07, 3.5738314518976234e-09,
 ))
-GELU_BLOCK = 16384
+GELU_BLOCK = 65536  # elements per block: 4 blocks of 256 KiB (source, result, two scratch) stay in a 2 MiB L2;
+# in-model A/B against 16384: BERT-base 0.964-0.975x, MiniLM 0.95-0.99x (fewer calls per pass), 131072+ slower
 
 
 def gelu_erf32_into(x: np.ndarray, out: np.ndarray, u: np.ndarray, p: np.ndarray) -> None:
