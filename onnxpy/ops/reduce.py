@@ -275,6 +275,9 @@ def _mean_native(x, axes, keepdims):
         shp = x.shape
         for a in axes:
             count *= shp[a]
+        if count == 1:  # (every reduced axis has length 1: the mean of one element is that element, exactly)
+            return x.reshape([1 if i in axes else d for i, d in enumerate(shp)] if keepdims else
+                             [d for i, d in enumerate(shp) if i not in axes])
         if count:
             s = _gemv_sum(x, axes, keepdims)
             if s is None:

@@ -119,3 +119,45 @@ def test_depthwise_tiny_planes_match_onnxruntime(c, hw, k, pads, dil, mult):
     x = RNG.standard_normal((2, c, hw, hw)).astype(np.float32)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     np.testing.assert_allclose(fast.run(None, {"X": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+CASES_1D = [  # x shape (N, C, L), w shape (M, C, K), attrs
+    ((1, 64, 1), (128, 64, 3), {"pads": [1, 1]}),  # one frame: only the centre tap reads the input
+    ((1, 64, 2), (64, 64, 3), {"pads": [1, 1], "strides": [2]}),  # the first tap reads only padding
+    ((1, 128, 1), (1, 128, 1), {}),  # pointwise on one frame (a plain product)
+    ((2, 16, 5), (8, 16, 1), {}),  # pointwise, batch 2
+    ((1, 16, 5), (8, 16, 1), {"pads": [1, 0]}),  # one tap, but it reads padding: the gather
+    ((1, 16, 5), (8, 16, 1), {"strides": [2]}),  # one strided tap: the gather
+    ((1, 8, 2), (4, 8, 5), {"pads": [2, 2]}),  # kernel wider than the input
+    ((1, 8, 3), (4, 8, 3), {"auto_pad": "SAME_UPPER"}),
+    ((2, 8, 9), (6, 8, 3), {"pads": [1, 1], "strides": [2]}),
+    ((1, 1, 576), (258, 1, 256), {"strides": [128]}),  # silero's STFT
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CASES_1D)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv1d_specialised_equals_generic(x_shape, w_shape, attrs, with_bias):
+    """The plan-time 1-D path (taps that read only padding left out, a single plain tap as a direct product)
+    against the generic kernel, and against onnxruntime; a second input length through the same session."""
+    ort = pytest.importorskip("onnxruntime")
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    b = RNG.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
+    node = helper.make_node("Conv", ["X", "W"] + (["B"] if with_bias else []), ["Y"], **attrs)
+    inits = [numpy_helper.from_array(w, "W")] + ([numpy_helper.from_array(b, "B")] if with_bias else [])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, x_shape[1],
+                                                                                                None])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    fast = onnxpy.InferenceSession(m.SerializeToString())
+    oracle = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    from onnxpy.ops.conv import conv
+
+    for L in (x_shape[2], x_shape[2] + 1, x_shape[2]):
+        x = RNG.standard_normal(x_shape[:2] + (L,)).astype(np.float32)
+        got = fast.run(None, {"X": x})[0]
+        want = conv(x, w, b, **attrs)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, oracle.run(None, {"X": x})[0], rtol=1e-4, atol=1e-4)

@@ -88,3 +88,53 @@ def test_pad_reflect_edge(mode, shape, pads):
     got, exp = _run_both(m, {"X": x})
     np.testing.assert_array_equal(got[0], exp[0])
     np.testing.assert_array_equal(got[0], np.pad(x, list(zip(pads[:len(shape)], pads[len(shape):])), mode=mode))
+
+
+_EXTREMES = [0.0, -0.0, 0.3, -1.0, 5.0, -20.0, 80.0, -80.0, -88.0, -88.8, 88.8, -100.0, -709.0, -710.0, 1e30, -1e30,
+             np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_element_sigmoid(dtype):
+    """Sigmoid (and FusedConv's Sigmoid tail) of one-element arrays, computed by the math module: within 1 ulp of
+    the many-element numpy path at every magnitude (exp overflow -> exactly 0, NaN -> NaN), in place or not."""
+    from onnxpy.ops import _ew_math
+
+    xs = np.array(_EXTREMES, dtype)
+    many = _ew_math.sigmoid_into(np.concatenate([xs, xs]))[: len(xs)]  # (the numpy passes)
+    for x, want in zip(xs, many):
+        a = np.array([[x]], dtype)
+        got = _ew_math.sigmoid_into(a)
+        assert got.shape == (1, 1) and got.dtype == dtype and got is not a
+        same = _ew_math.sigmoid_into(a, a)
+        assert same is a and (np.isnan(a[0, 0]) or a[0, 0] == got[0, 0])
+        if np.isnan(want):
+            assert np.isnan(got[0, 0])
+        else:
+            assert abs(float(got[0, 0]) - float(want)) <= np.spacing(dtype(max(abs(want), np.finfo(dtype).tiny)))
+            assert (want == 0) == (got[0, 0] == 0)
+    x = np.array([[-3.0]], np.float32)
+    m = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                          [1, 1])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    got, exp = _run_both(m, {"x": x})
+    np.testing.assert_allclose(got[0], exp[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape,axes,keepdims", [((1, 1), [1], 0), ((1, 1), [0, 1], 1), ((3, 1, 4), [1], 0),
+                                                  ((3, 1, 4), [1], 1), ((2, 1, 1), [1, 2], 0)])
+def test_reduce_mean_over_unit_axes(shape, axes, keepdims):
+    """ReduceMean whose reduced axes all have length 1 is the input reshaped: same values (NaN included), shapes
+    and dtype as onnxruntime (a -0.0 stays -0.0, as numpy's one-element sum keeps it; onnxruntime's sum gives +0.0)."""
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[-1] = -0.0
+    x.reshape(-1)[0] = np.nan  # (the same element when there is one)
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=keepdims)
+    m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+               [numpy_helper.from_array(np.array(axes, np.int64), "axes")])
+    got, exp = _run_both(m, {"x": x})
+    assert got[0].shape == exp[0].shape and got[0].dtype == exp[0].dtype
+    np.testing.assert_array_equal(got[0], exp[0])
+    got[0][...] = 7  # the result is the caller's, the next run is unchanged
+    assert np.isnan(onnxpy.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0].reshape(-1)[0])
