@@ -308,3 +308,138 @@ def test_very_long_plans_run_the_loop(monkeypatch):
     for _ in range(3):
         np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(-x, 0))
     assert s._plan.compiled is False
+
+
+# --- If nodes inlined into the generated runner -----------------------------------------------------------------
+def _vi(name):
+    return helper.make_tensor_value_info(name, TP.FLOAT, None)
+
+
+def _nested_if_model():
+    """An If whose then-branch holds a constant, a donor chain on outer values, two outputs and a nested If (whose
+    else-branch returns an outer value unchanged and whose then-branch returns a branch constant); the else-branch
+    returns an outer value and a constant of its own."""
+    k = numpy_helper.from_array(np.full(SHAPE[1:], 0.5, np.float32), "k")
+    k2 = numpy_helper.from_array(np.full(SHAPE[1:], 3.0, np.float32), "k2")
+    k3 = numpy_helper.from_array(np.full(SHAPE[1:], -1.0, np.float32), "k3")
+    inner_then = helper.make_graph([helper.make_node("Identity", ["k2"], ["it"])], "inner_then", [], [_vi("it")],
+                                   [k2])
+    inner_else = helper.make_graph([helper.make_node("Identity", ["x"], ["ie"])], "inner_else", [], [_vi("ie")])
+    then = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["t0"]), helper.make_node("Relu", ["t0"], ["t1"]),
+         helper.make_node("Add", ["t1", "k"], ["t2"], name="then_add"),
+         helper.make_node("If", ["c2"], ["t3"], then_branch=inner_then, else_branch=inner_else),
+         helper.make_node("Mul", ["t2", "t3"], ["t4"])],
+        "then", [], [_vi("t4"), _vi("t2")], [k])
+    els = helper.make_graph([helper.make_node("Identity", ["x"], ["e0"]), helper.make_node("Identity", ["k3"], ["e1"])],
+                            "else", [], [_vi("e0"), _vi("e1")], [k3])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y", "w"], then_branch=then, else_branch=els),
+         helper.make_node("Sub", ["y", "w"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, ["n"] + list(SHAPE[2:])),
+         helper.make_tensor_value_info("c", TP.BOOL, []),
+         helper.make_tensor_value_info("c2", TP.BOOL, [])],
+        [_vi("z"), _vi("y"), _vi("w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _inlined_ifs(sess):
+    from onnxpy.execution import plan as plan_mod
+
+    run = sess._plan.compiled[1]
+    return not any(isinstance(v, plan_mod._IfKernel) for v in run.__globals__.values())
+
+
+def test_inlined_if_matches_the_loop_and_onnxruntime(monkeypatch):
+    from onnxpy.execution import executor
+
+    ort = pytest.importorskip("onnxruntime")
+    blob = _nested_if_model()
+    x = _x(5, SHAPE[1:])
+    oracle = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    s = _session(blob)
+    for _ in range(executor._COMPILE_AFTER_RUNS):
+        s.run(None, {"x": x, "c": np.array(True), "c2": np.array(True)})
+    assert type(s._plan.compiled) is tuple and _inlined_ifs(s)
+    monkeypatch.setattr(executor, "_COMPILE", False)
+    loop = _session(blob)
+    for _rep in range(2):  # (the branches' constants are appended to every run's slot list)
+        for c in (True, False):
+            for c2 in (True, False):
+                feeds = {"x": x, "c": np.array(c), "c2": np.array(c2)}
+                got, want, ref = s.run(None, feeds), loop.run(None, feeds), oracle.run(None, feeds)
+                for g, w, r in zip(got, want, ref):
+                    assert type(g) is np.ndarray and g.shape == w.shape and g.dtype == w.dtype
+                    np.testing.assert_array_equal(g, w)
+                    np.testing.assert_allclose(g, r, rtol=1e-6)
+                for g in got:  # results are the caller's: writing into them changes no later run
+                    g[...] = 42
+    np.testing.assert_array_equal(x, _x(5, SHAPE[1:]))
+
+
+def test_inlined_if_donates_and_frees_its_branch_values():
+    blob = _nested_if_model()
+    x = _x(6, SHAPE[1:])
+    s = _session(blob)
+    feeds = {"x": x, "c": np.array(True), "c2": np.array(False)}
+    for _ in range(3):
+        s.run(None, feeds)
+    run = s._plan.compiled[1]
+    donors = [v for v in run.__globals__.values() if isinstance(v, P._Donor)]
+    assert donors  # the branch's Relu/Add run in place on values that die inside the branch
+    calls = []
+    for d in donors:
+        for key, fn in list(d.bound.items()):
+            d.bound[key] = lambda *a, _fn=fn, **k: calls.append(1) or _fn(*a, **k)
+    z, y, w = s.run(None, feeds)
+    assert calls
+    t2 = np.maximum(-x, 0) + 0.5
+    np.testing.assert_array_equal(y, t2 * x)
+    np.testing.assert_array_equal(w, t2)
+    # after a run the slot list holds nothing but the outputs it hands back
+    vals = list(s._plan.template)
+    vals[s._plan.input_slots["x"]] = x
+    vals[s._plan.input_slots["c"]] = np.array(True)
+    vals[s._plan.input_slots["c2"]] = np.array(False)
+    run(vals)
+    n = len(s._plan.template)
+    live = [i for i, v in enumerate(vals[n:]) if v is not None]
+    consts = {i for i, v in enumerate(run.__globals__["_ext"]) if v is not None}
+    assert set(live) <= consts
+
+
+def test_inlined_if_reports_branch_failures_as_the_loop_does(monkeypatch):
+    from onnxpy.execution import executor
+
+    blob = _nested_if_model()
+    msgs = []
+    for flag in (True, False):
+        monkeypatch.setattr(executor, "_COMPILE", flag)
+        s = _session(blob)
+        good = {"x": _x(1, SHAPE[1:]), "c": np.array(True), "c2": np.array(True)}
+        for _ in range(executor._COMPILE_AFTER_RUNS):
+            s.run(None, good)
+        assert (type(s._plan.compiled) is tuple) is flag
+        with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail) as ei:  # k no longer broadcasts
+            s.run(None, {**good, "x": _x(1, (3,) + SHAPE[2:])})
+        msgs.append(str(ei.value))
+        with pytest.raises(Exception, match="If condition") as ei:  # a condition with two elements
+            s.run(None, {**good, "c": np.array([True, False])})
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[2] and msgs[1] == msgs[3]
+    assert "then_add" in msgs[0] and "t1: float32[3, 32, 32]" in msgs[0]
+
+
+def test_inlining_respects_the_step_budget(monkeypatch):
+    from onnxpy.execution import executor
+
+    monkeypatch.setattr(executor, "_COMPILE_MAX_STEPS", 3)  # the outer plan fits, its branches do not
+    s = _session(_nested_if_model())
+    feeds = {"x": _x(2, SHAPE[1:]), "c": np.array(True), "c2": np.array(True)}
+    for _ in range(3):
+        got = s.run(None, feeds)
+    assert type(s._plan.compiled) is tuple and not _inlined_ifs(s)
+    t2 = np.maximum(-feeds["x"], 0) + 0.5
+    np.testing.assert_array_equal(got[1], t2 * 3)

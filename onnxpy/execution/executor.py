@@ -8,7 +8,7 @@ import numpy as np
 
 from ..capi.onnxruntime_pybind11_state import Fail, _OrtError
 from ..errors import describe_value
-from .plan import SINK, ExecutionPlan
+from .plan import SINK, ExecutionPlan, _Donor, _IfKernel
 
 _generic = np.generic
 _asarray = np.asarray
@@ -119,50 +119,131 @@ def _run_steps(plan, vals):
     if n < _COMPILE_AFTER_RUNS:
         plan.compiled = n
         return
-    run = _compile(plan.fast) if _COMPILE else None
+    run = _compile(plan.fast, len(plan.template)) if _COMPILE else None
     plan.compiled = (plan.fast, run) if run is not None else False
 
 
-def _compile(fast):
+def _compile(fast, n_slots=None):
     """The straight-line runner of a plan's ``fast`` steps, or None when the loop should run them.
 
     Each step becomes ``vals[out] = f_k(vals[a], vals[b], ...)`` (the result is stored straight into the slot
     list, never kept in a local, as the loop does: in-place donors count references), the loop's conversion of
     non-array results, and the step's frees.  A failure is reported for the step whose line raised it, exactly
-    as the loop reports it."""
+    as the loop reports it.
+
+    With ``n_slots`` (the plan's slot count), If nodes whose branches run through :func:`run_branch` are inlined:
+    the condition becomes a Python ``if`` and each branch's steps follow in the same runner, on slots appended to
+    the slot list (the branches' constants are appended at the start of every run; outer-scope values are read
+    from the parent's slots directly), so a branch costs no plan call, slot list or output tuple."""
     if not fast or len(fast) > _COMPILE_MAX_STEPS:
         return None
-    env = {"_nd": _ndarray, "_one": _one, "_store_many": _store_many, "_OrtError": _OrtError}
+    env = {"_nd": _ndarray, "_one": _one, "_store_many": _store_many, "_OrtError": _OrtError, "_cond": _if_cond}
     lines = ["def run(vals):", "    try:"]
-    line_step: dict[int, object] = {}
-    for k, (fn, _, mode, out, outs, free, step) in enumerate(fast):
+    line_step: dict[int, tuple] = {}  # line -> (step, its argument slots in the runner's slot list)
+    ext: list = []  # the inlined branches' templates, appended to vals at the start of a run
+    budget = [_COMPILE_MAX_STEPS - len(fast)] if n_slots is not None else [-1]
+    names = [0]
+
+    def add(fn):
+        k = names[0]
+        names[0] += 1
         env[f"f{k}"] = fn
-        if mode == 2:
-            call = f"f{k}(vals)"
-        else:
-            call = f"f{k}({', '.join(f'vals[{i}]' for i in step.ins)})"
-        first = len(lines) + 1
-        if out:
-            lines.append(f"        vals[{out}] = {call}")
-            lines.append(f"        if vals[{out}].__class__ is not _nd: vals[{out}] = _one(vals[{out}])")
-        else:
-            lines.append(f"        _store_many(vals, {tuple(outs)!r}, {call})")
-        lines.extend(f"        vals[{i}] = None" for i in free)
-        for ln in range(first, len(lines) + 1):
-            line_step[ln] = step
+        return f"f{k}"
+
+    def emit(fast, m, pad, depth):
+        for fn, _, mode, out, outs, free, step in fast:
+            ins = tuple(m(i) for i in step.ins)
+            out, outs, free = m(out) if out else out, tuple(m(i) for i in outs), tuple(m(i) for i in free)
+            first = len(lines) + 1
+            sub = _inlinable(fn, mode, depth, budget)
+            if sub is not None:
+                lines.append(f"{pad}if _cond(vals[{ins[0]}]):")
+                line_step[first] = (step, ins)
+                for b, plan in enumerate(sub):
+                    if b:
+                        lines.append(f"{pad}else:")
+                    off = n_slots + len(ext)
+                    ext.extend(plan.template)
+                    bm = _slot_map(dict(zip(plan.outer_slots, ins[1:])), off)
+                    n0 = len(lines)
+                    emit(plan.fast, bm, pad + "    ", depth + 1)
+                    srcs = [bm(i) for i in plan.output_slots]
+                    lines.extend(f"{pad}    vals[{o}] = vals[{i}]" for o, i in zip(outs, srcs))
+                    # (the branch's outputs now live in the If's slots: drop the branch's own references)
+                    lines.extend(f"{pad}    vals[{i}] = None" for i in dict.fromkeys(srcs) if i >= off)
+                    if len(lines) == n0:
+                        lines.append(f"{pad}    pass")
+                    for ln in range(n0 + 1, len(lines) + 1):
+                        line_step.setdefault(ln, (step, ins))
+                lines.extend(f"{pad}vals[{i}] = None" for i in free)
+                for ln in range(len(lines) - len(free) + 1, len(lines) + 1):
+                    line_step[ln] = (step, ins)
+                continue
+            if mode == 2:
+                if depth:  # a donor inside an inlined branch: the same kernel over the runner's slots
+                    fn = _Donor(fn.fn, ins, tuple((p, m(s)) for p, s in fn.cands), fn.bound)
+                call = f"{add(fn)}(vals)"
+            else:
+                call = f"{add(fn)}({', '.join(f'vals[{i}]' for i in ins)})"
+            if out:
+                lines.append(f"{pad}vals[{out}] = {call}")
+                lines.append(f"{pad}if vals[{out}].__class__ is not _nd: vals[{out}] = _one(vals[{out}])")
+            else:
+                lines.append(f"{pad}_store_many(vals, {outs!r}, {call})")
+            lines.extend(f"{pad}vals[{i}] = None" for i in free)
+            for ln in range(first, len(lines) + 1):
+                line_step[ln] = (step, ins)
+
+    emit(fast, lambda i: i, "        ", 0)
+    if ext:
+        env["_ext"] = tuple(ext)
+        lines.insert(2, "        vals.extend(_ext)")
+        line_step = {ln + 1 if ln >= 3 else ln: v for ln, v in line_step.items()}
     lines += ["    except _OrtError:", "        raise", "    except Exception as e:  # noqa: BLE001",
               "        _fail(e, vals)"]
 
     def _fail(e, vals):
         tb = e.__traceback__
-        step = line_step[tb.tb_lineno]  # (the first entry is the runner's own frame: the failing step's line)
+        step, ins = line_step[tb.tb_lineno]  # (the first entry is the runner's own frame: the failing step's line)
         if isinstance(e, RecursionError):
             raise _nesting_error(step, e) from None
-        raise node_error(step, [vals[i] for i in step.ins], e) from e
+        raise node_error(step, [vals[i] for i in ins], e) from e
 
     env["_fail"] = _fail
     exec(compile("\n".join(lines), "<onnxpy plan>", "exec"), env)  # noqa: S102 - our own generated code
     return env["run"]
+
+
+def _slot_map(outer: dict, off: int):
+    """An inlined branch's slot -> the runner's slot: the sink stays, outer-scope values are the parent's slots,
+    the branch's own slots follow ``off``."""
+    return lambda i: i if i == SINK else outer.get(i, off + i)
+
+
+_INLINE_DEPTH = 8  # If nodes nested deeper than this inside inlined branches keep their own runners
+
+
+def _inlinable(fn, mode, depth, budget):
+    """(then_plan, else_plan) when the step is an If the runner may inline (see :func:`_compile`), else None."""
+    if fn.__class__ is not _IfKernel or mode != 1 or fn.branch is not run_branch or depth >= _INLINE_DEPTH:
+        return None
+    plans = (fn.then_plan, fn.else_plan)
+    if any(len(p.outer_slots) != len(p.outer_names) for p in plans):
+        return None
+    n = sum(len(p.fast) for p in plans)
+    if n > budget[0]:
+        return None
+    budget[0] -= n
+    return plans
+
+
+def _if_cond(cond) -> bool:
+    """The If kernel's condition test (plan._IfKernel), for inlined branches."""
+    if type(cond) is np.ndarray and cond.size == 1:
+        return bool(cond)
+    from ..ops.control_flow import _scalar_bool
+
+    return _scalar_bool(cond, "If condition")
 
 
 def _nesting_error(step, exc: RecursionError) -> Exception:
