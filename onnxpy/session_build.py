@@ -11,7 +11,7 @@ from .capi.onnxruntime_pybind11_state import InvalidArgument, InvalidGraph, _Ort
 from .execution.executor import RunContext, run_plan
 from .execution.executor import run_subgraph as _subgraph_runner
 from .execution.functions import make_function_expander
-from .execution.memory import release_heap, tune_heap
+from .execution.memory import release_heap, tune_heap, without_hugepages
 from .execution.plan import build_plan
 from .execution.threads import set_blas_threads
 from .ir.load import load_model, read_model_proto, model_from_proto
@@ -26,7 +26,7 @@ class SessionState:
     """Everything a session needs at run time; immutable after construction (shared by threads)."""
 
     def __init__(self, source, options, providers, kwargs):
-        with logging_utils.session_scope(options, check_config=True):
+        with logging_utils.session_scope(options, check_config=True), without_hugepages():
             self._init(source, options, providers, kwargs)
 
     def _init(self, source, options, providers, kwargs):

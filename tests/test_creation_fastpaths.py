@@ -250,3 +250,65 @@ def test_optimizer_result_unchanged_small_model():
     s = onnxpy.InferenceSession(data)
     np.testing.assert_allclose(s.run(None, feed)[0], ref, rtol=1e-4, atol=1e-4)
     assert len(s._state.model.graph.nodes) == 6
+
+
+def test_sessions_are_built_without_hugepage_advice(monkeypatch):
+    """numpy's huge-page advice is off while a session is built (weights load without compaction stalls) and
+    restored afterwards -- once, by the last of nested or concurrent builds, and also when a build fails."""
+    import threading
+
+    import numpy as np
+
+    from onnxpy.execution import memory
+
+    state = {"on": True}
+    seen = []
+
+    def fake(flag):
+        prev, state["on"] = state["on"], bool(flag)
+        return prev
+
+    monkeypatch.setattr(memory, "_hp_setter", lambda: fake)
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    blob = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    orig = memory.without_hugepages.__enter__
+
+    def spy(self):
+        r = orig(self)
+        seen.append(state["on"])
+        return r
+
+    monkeypatch.setattr(memory.without_hugepages, "__enter__", spy)
+    s = onnxpy.InferenceSession(blob)
+    assert seen == [False] and state["on"] is True
+    np.testing.assert_array_equal(s.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0], [0.0, 2.0])
+    with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.InvalidProtobuf):
+        onnxpy.InferenceSession(b"not a model")
+    assert state["on"] is True
+    with memory.without_hugepages():  # nested: the inner exit leaves it off
+        with memory.without_hugepages():
+            assert state["on"] is False
+        assert state["on"] is False
+    assert state["on"] is True
+    barrier = threading.Barrier(4)
+    inside = []
+
+    def build():
+        with memory.without_hugepages():
+            barrier.wait()
+            inside.append(state["on"])
+            barrier.wait()
+
+    ts = [threading.Thread(target=build) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert inside == [False] * 4 and state["on"] is True
+    state["on"] = False  # a process that had it off keeps it off
+    onnxpy.InferenceSession(blob)
+    assert state["on"] is False
