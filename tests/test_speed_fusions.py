@@ -301,3 +301,96 @@ def test_conv_activation_fused_inside_if_branch():
     assert (got[0] >= 0).all()
     then = sess._state.plan.graph.nodes[0].attrs["then_branch"]
     assert [n.op_type for n in then.nodes] == ["FusedConv"]
+
+
+# --- PadConvFusion: Pad -> [Unsqueeze] -> 1-D Conv as ai.onnxpy.PadConv ------------------------------------------
+def _padconv_model(x_shape, w, b, mode, pads, unsqueeze, conv_attrs, value=None, opset=17, extra_use=False):
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    pad_ins = ["x", "pads"]
+    if value is not None:
+        inits.append(numpy_helper.from_array(np.array(value, np.float32), "cv"))
+        pad_ins.append("cv")
+    nodes = [helper.make_node("Pad", pad_ins, ["p"], mode=mode)]
+    cin = "p"
+    if unsqueeze:
+        inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax"))
+        nodes.append(helper.make_node("Unsqueeze", ["p", "ax"], ["u"]))
+        cin = "u"
+    conv_ins = [cin, "W"]
+    if b is not None:
+        inits.append(numpy_helper.from_array(b, "B"))
+        conv_ins.append("B")
+    nodes.append(helper.make_node("Conv", conv_ins, ["y"], **conv_attrs))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_use:
+        nodes.append(helper.make_node("Identity", ["p"], ["p_out"]))
+        outs.append(helper.make_tensor_value_info("p_out", TensorProto.FLOAT, None))
+    dims = [None] * len(x_shape)
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outs, inits, opset)
+
+
+def _fused_ops(sess):
+    return [st.node.op_type for st in sess._plan.steps]
+
+
+PADCONV_CASES = [  # x shape, w shape, mode, pads, unsqueeze, conv attrs
+    ((1, 512), (258, 1, 256), "reflect", [0, 64, 0, 64], True, {"strides": [128]}),  # silero's STFT
+    ((2, 40), (6, 1, 5), "reflect", [0, 3, 0, 2], True, {"strides": [2]}),
+    ((1, 30), (4, 1, 3), "edge", [0, 4, 0, 1], True, {"pads": [1, 1]}),
+    ((1, 30), (4, 1, 3), "wrap", [0, 2, 0, 5], True, {}),
+    ((1, 30), (4, 1, 1), "constant", [0, 2, 0, 3], True, {}),  # a single tap: the direct product, composed
+    ((1, 3, 20), (5, 3, 3), "reflect", [0, 0, 2, 0, 0, 2], False, {"dilations": [1], "strides": [1]}),
+    ((1, 3, 20), (5, 3, 4), "constant", [0, 0, -2, 0, 0, 3], False, {"strides": [3]}),  # a negative pad crops
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,mode,pads,unsqueeze,attrs", PADCONV_CASES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_pad_conv_fusion_matches_onnxruntime(x_shape, w_shape, mode, pads, unsqueeze, attrs, with_bias, monkeypatch):
+    import onnxpy.ops.padconv as padconv
+
+    generic = []
+    orig = padconv.pad_conv
+    monkeypatch.setattr(padconv, "pad_conv", lambda *a, **k: generic.append(1) or orig(*a, **k))
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
+    model = _padconv_model(x_shape, w, b, mode, pads, unsqueeze, attrs)
+    for shape in (x_shape, x_shape[:-1] + (x_shape[-1] + 7,), x_shape):  # (plans are remembered per shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        s, got, want = _both(model, {"x": x})
+        assert _fused_ops(s) == ["PadConv"]
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+        so = onnxpy.SessionOptions()
+        so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        plain = onnxpy.InferenceSession(model, so)
+        assert "PadConv" not in _fused_ops(plain)
+        np.testing.assert_allclose(got[0], plain.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert not generic  # every shape ran the plan-time gather, never the three ops
+
+
+def test_pad_conv_fusion_declines_and_generic_path():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((4, 1, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 30)).astype(np.float32)
+    for kw in ({"value": 1.5, "mode": "constant"}, {"extra_use": True, "mode": "reflect"}):
+        mode = kw.pop("mode")
+        model = _padconv_model((1, 30), w, None, mode, [0, 2, 0, 2], True, {}, **kw)
+        s, got, want = _both(model, {"x": x})
+        assert "PadConv" not in _fused_ops(s)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    model = _padconv_model((1, 30), w, None, "reflect", [0, 2, 0, 2], True, {})
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("optimization.disable_specified_optimizers", "PadConvFusion")
+    assert "PadConv" not in _fused_ops(onnxpy.InferenceSession(model, so))
+    # the generic kernel (what runs when the plan-time form declines) is the three ops in sequence
+    from onnxpy.ops.padconv import pad_conv
+
+    y = pad_conv(x, w, None, pad_mode="reflect", pad_pads=[0, 2, 0, 2], unsqueeze_axes=[1], strides=[2])
+    xp = np.pad(x, ((0, 0), (2, 2)), mode="reflect")[:, None]
+    np.testing.assert_allclose(y, conv(xp, w, None, strides=[2]), rtol=1e-6)
+    # a reflection wider than the input fails as the Pad would, naming the fused node
+    s = onnxpy.InferenceSession(_padconv_model((1, 30), w, None, "reflect", [0, 40, 0, 2], True, {}))
+    assert _fused_ops(s) == ["PadConv"]
+    with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail, match="PadConv"):
+        s.run(None, {"x": x})

@@ -950,6 +950,17 @@ def _spec_conv1d(W, B, auto_pad, kwargs):
             return _dot2(wl, ext.take(idx)).reshape(1, M, idx.shape[1])
         return np.matmul(wl, ext[:, idx])
 
+    def plan_for(shape):
+        """The remembered plan for input shape (N, C, L) (see ``plan``): ops that compose the gather with their
+        own index map (ai.onnxpy.PadConv) read it."""
+        p = plans.get(shape)
+        if p is None:
+            p = plan(shape)
+            if len(plans) < 64:
+                plans[shape] = p
+        return p
+
+    run.plan_for = plan_for
     return run
 
 

@@ -4,6 +4,9 @@
   becomes com.microsoft.FusedConv(activation=..., activation_params=...): the activation runs in place on the
   convolution's output (one pass and one allocation fewer per layer).  Only float32 convolutions are fused, as in
   onnxruntime (so a model saved at this level still loads there).
+* PadConvFusion (level 99): Pad (constant pads; zeros in constant mode) -> [Unsqueeze (constant axes)] -> 1-D Conv
+  with a constant filter, each intermediate read by nothing else (silero-vad's reflection-padded STFT) becomes
+  ai.onnxpy.PadConv, whose plan-time form gathers the convolution's columns straight from the unpadded input.
 """
 
 from __future__ import annotations
@@ -82,6 +85,66 @@ class ConvActivationFusion(SweepPass):
         return True
 
 
-SPEED_PASSES = [ConvActivationFusion()]
+def _const_ints(g, name):
+    """The values of a constant 1-D integer input as a list, None when not a constant."""
+    v = g.initializers.get(name) if name else None
+    if not isinstance(v, np.ndarray) or v.ndim > 1 or v.dtype.kind not in "iu":
+        return None
+    return [int(x) for x in v.reshape(-1)]
 
-__all__ = ["SPEED_PASSES", "ConvActivationFusion"]
+
+class PadConvFusion(SweepPass):
+    name = "PadConvFusion"
+    level = 99
+    anchors = ("Conv",)
+
+    def begin(self, g, ctx):
+        return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
+
+    def rewrite(self, conv, m, g, ctx):
+        opset = m.sweep
+        ins = conv.inputs
+        if len(ins) < 2 or not ins[0] or len(conv.outputs) != 1:
+            return False
+        w = g.initializers.get(ins[1])
+        if not isinstance(w, np.ndarray) or w.ndim != 3 or w.dtype not in (np.float32, np.float64):
+            return False
+        if len(ins) > 2 and ins[2] and not isinstance(g.initializers.get(ins[2]), np.ndarray):
+            return False
+        src, unsq, axes = m.producer(ins[0]), None, []
+        if _is(src, "Unsqueeze") and m.single_use(ins[0]) and len(src.outputs) == 1:
+            unsq = src
+            axes = (_const_ints(g, src.inputs[1]) if len(src.inputs) > 1 else None) if opset >= 13 else \
+                [int(a) for a in src.attrs.get("axes", [])]
+            if not axes:
+                return False
+            src = m.producer(src.inputs[0])
+        pad = src
+        if not _is(pad, "Pad") or len(pad.outputs) != 1 or not m.single_use(pad.outputs[0]) or not pad.inputs[0]:
+            return False
+        mode = pad.attrs.get("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        if opset >= 11:
+            pads = _const_ints(g, pad.inputs[1]) if len(pad.inputs) > 1 else None
+            value = _const_scalar(g, pad.inputs[2] if len(pad.inputs) > 2 else "")
+            if pads is None or value is False or len(pad.inputs) > 3 and pad.inputs[3]:
+                return False  # (Pad-18 axes: not fused)
+        else:
+            pads = [int(v) for v in pad.attrs.get("pads", [])]
+            value = float(pad.attrs.get("value", 0.0))
+        if not pads or mode == "constant" and value not in (None, 0.0):
+            return False
+        attrs = dict(conv.attrs)
+        attrs.update(pad_mode=mode, pad_pads=pads, unsqueeze_axes=axes)
+        fused = Node("PadConv", "ai.onnxpy", [pad.inputs[0]] + list(ins[1:]), list(conv.outputs), attrs,
+                     ctx.fresh((conv.name or "conv") + "_padconv"))
+        g.nodes[g.nodes.index(conv)] = fused
+        g.nodes.remove(pad)
+        if unsq is not None:
+            g.nodes.remove(unsq)
+        return True
+
+
+SPEED_PASSES = [ConvActivationFusion(), PadConvFusion()]
+
+__all__ = ["SPEED_PASSES", "ConvActivationFusion", "PadConvFusion"]
