@@ -394,3 +394,56 @@ def test_pad_conv_fusion_declines_and_generic_path():
     assert _fused_ops(s) == ["PadConv"]
     with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail, match="PadConv"):
         s.run(None, {"x": x})
+
+
+# --- GemmSumFusion: Add(Gemm, Gemm) as one GEMM ---------------------------------------------------------------
+def _gemm_sum_model(k1, k2, n, trans_b, alpha=1.0, shared=False, trans_b2=None):
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((n, k1) if trans_b else (k1, n)).astype(np.float32)
+    tb2 = trans_b if trans_b2 is None else trans_b2
+    w2 = rng.standard_normal((n, k2) if tb2 else (k2, n)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "C1"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "C2")]
+    nodes = [helper.make_node("Gemm", ["a", "W1", "C1"], ["g1"], transB=trans_b, alpha=alpha),
+             helper.make_node("Gemm", ["b", "W2", "C2"], ["g2"], transB=tb2),
+             helper.make_node("Add", ["g1", "g2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if shared:
+        nodes.append(helper.make_node("Neg", ["g1"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    ins = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [None, k1]),
+           helper.make_tensor_value_info("b", TensorProto.FLOAT, [None, k2])]
+    return _model(nodes, ins, outs, inits)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("rows", [(1, 1), (5, 5), (1, 4), (3, 1)])  # (different rows: Add broadcasts, generic path)
+def test_gemm_sum_fusion_matches_onnxruntime(trans_b, rows, monkeypatch):
+    import onnxpy.ops.padconv as padconv
+
+    generic = []
+    orig = padconv.gemm_sum
+    monkeypatch.setattr(padconv, "gemm_sum", lambda *a, **k: generic.append(1) or orig(*a, **k))
+    rng = np.random.default_rng(6)
+    model = _gemm_sum_model(7, 9, 12, trans_b)
+    feeds = {"a": rng.standard_normal((rows[0], 7)).astype(np.float32),
+             "b": rng.standard_normal((rows[1], 9)).astype(np.float32)}
+    s, got, want = _both(model, feeds)
+    assert _fused_ops(s) == ["GemmSum"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert bool(generic) == (rows[0] != rows[1])
+
+
+def test_gemm_sum_fusion_declines():
+    rng = np.random.default_rng(7)
+    feeds = {"a": rng.standard_normal((2, 7)).astype(np.float32), "b": rng.standard_normal((2, 9)).astype(np.float32)}
+    for kw in ({"alpha": 2.0}, {"shared": True}, {"trans_b2": 0}):
+        model = _gemm_sum_model(7, 9, 12, 1, **kw)
+        s, got, want = _both(model, feeds)
+        assert "GemmSum" not in _fused_ops(s)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("optimization.disable_specified_optimizers", "GemmSumFusion")
+    assert "GemmSum" not in _fused_ops(onnxpy.InferenceSession(_gemm_sum_model(7, 9, 12, 1), so))

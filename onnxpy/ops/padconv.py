@@ -126,3 +126,49 @@ def _pad_conv_specialize(consts, kwargs):
 
 
 pad_conv.specialize = _pad_conv_specialize
+
+
+# ----------------------------------------------------------------------------------------------------- GemmSum
+@kernel("GemmSum", domain=DOMAIN)
+def gemm_sum(A, W1, C1, B, W2, C2, *, transB=0):
+    """Gemm(A, W1, C1) + Gemm(B, W2, C2) (alpha = beta = 1, transA = 0, both with ``transB``), written by the level-99
+    GemmSumFusion (optimizer/fusions_speed.py) for an LSTM cell exported as primitives (silero-vad's "ifless"
+    models: h R^T + b_hh + x W^T + b_ih).  Generic: the two Gemms and the Add, broadcasting included."""
+    from .linalg import _gemm
+
+    return _gemm(A, W1, C1, 1.0, 1.0, 0, transB) + _gemm(B, W2, C2, 1.0, 1.0, 0, transB)
+
+
+def _gemm_sum_specialize(consts, kwargs):
+    """Constant float32 weights and 1-D biases: one GEMM of [A B] with the weights stacked along K and the biases
+    summed (same rows in A and B; anything else runs the generic kernel)."""
+    if len(consts) != 6:
+        return None
+    _, W1, C1, _, W2, C2 = consts
+    arrs = (W1, C1, W2, C2)
+    if any(not isinstance(a, np.ndarray) or a.dtype != np.float32 for a in arrs) or W1.ndim != 2 or W2.ndim != 2:
+        return None
+    t = int(kwargs.get("transB", 0))
+    w1, w2 = (W1.T, W2.T) if t else (W1, W2)  # (K, N)
+    N = w1.shape[1]
+    if w2.shape[1] != N or C1.shape != (N,) or C2.shape != (N,):
+        return None
+    K1, K2 = w1.shape[0], w2.shape[0]
+    wc = np.ascontiguousarray(np.concatenate((w1, w2), axis=0))
+    cc = (C1.astype(np.float64) + C2).astype(np.float32)  # (one rounding of the summed biases)
+    wc.flags.writeable = False
+    cc.flags.writeable = False
+
+    def run(A, W1r, C1r, B, W2r, C2r):
+        if (type(A) is not np.ndarray or type(B) is not np.ndarray or A.dtype != np.float32 or B.dtype != np.float32
+                or A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[0] or A.shape[1] != K1 or B.shape[1] != K2
+                or W1r is not W1 or W2r is not W2 or C1r is not C1 or C2r is not C2):
+            return gemm_sum(A, W1r, C1r, B, W2r, C2r, transB=t)
+        y = _dot2(np.concatenate((A, B), axis=1), wc)
+        y += cc
+        return y
+
+    return run
+
+
+gemm_sum.specialize = _gemm_sum_specialize

@@ -7,6 +7,9 @@
 * PadConvFusion (level 99): Pad (constant pads; zeros in constant mode) -> [Unsqueeze (constant axes)] -> 1-D Conv
   with a constant filter, each intermediate read by nothing else (silero-vad's reflection-padded STFT) becomes
   ai.onnxpy.PadConv, whose plan-time form gathers the convolution's columns straight from the unpadded input.
+* GemmSumFusion (level 99): Add of two Gemms (alpha = beta = 1, no transA, the same transB, constant 2-D float32
+  weights and 1-D biases of one length), each read only by the Add (an LSTM cell exported as primitives) becomes
+  ai.onnxpy.GemmSum: one GEMM of the concatenated inputs with the weights stacked.
 """
 
 from __future__ import annotations
@@ -145,6 +148,43 @@ class PadConvFusion(SweepPass):
         return True
 
 
-SPEED_PASSES = [ConvActivationFusion(), PadConvFusion()]
+def _plain_gemm(n, g):
+    """(transB, weight, bias) of a Gemm alpha = beta = 1, transA = 0 with a constant 2-D float32 weight and 1-D bias."""
+    if not _is(n, "Gemm") or len(n.inputs) != 3 or len(n.outputs) != 1 or not all(n.inputs):
+        return None
+    a = n.attrs
+    if float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0 or int(a.get("transA", 0)):
+        return None
+    w, c = g.initializers.get(n.inputs[1]), g.initializers.get(n.inputs[2])
+    if not isinstance(w, np.ndarray) or not isinstance(c, np.ndarray) or w.dtype != np.float32 or w.ndim != 2 \
+            or c.dtype != np.float32 or c.ndim != 1:
+        return None
+    t = int(a.get("transB", 0))
+    return t, (w.shape[0] if t else w.shape[1]), c.shape[0]
 
-__all__ = ["SPEED_PASSES", "ConvActivationFusion", "PadConvFusion"]
+
+class GemmSumFusion(SweepPass):
+    name = "GemmSumFusion"
+    level = 99
+    anchors = ("Add",)
+
+    def rewrite(self, add, m, g, ctx):
+        if len(add.inputs) != 2 or len(add.outputs) != 1 or add.inputs[0] == add.inputs[1]:
+            return False
+        g1, g2 = m.producer(add.inputs[0]), m.producer(add.inputs[1])
+        if g1 is None or g2 is None or g1 is g2 or not all(m.single_use(x) for x in add.inputs):
+            return False
+        s1, s2 = _plain_gemm(g1, g), _plain_gemm(g2, g)
+        if s1 is None or s2 is None or s1[0] != s2[0] or not s1[1] == s1[2] == s2[1] == s2[2]:
+            return False
+        fused = Node("GemmSum", "ai.onnxpy", list(g1.inputs) + list(g2.inputs), list(add.outputs), {"transB": s1[0]},
+                     ctx.fresh((add.name or "add") + "_gemmsum"))
+        g.nodes[g.nodes.index(add)] = fused
+        g.nodes.remove(g1)
+        g.nodes.remove(g2)
+        return True
+
+
+SPEED_PASSES = [ConvActivationFusion(), PadConvFusion(), GemmSumFusion()]
+
+__all__ = ["SPEED_PASSES", "ConvActivationFusion", "GemmSumFusion", "PadConvFusion"]
