@@ -347,7 +347,7 @@ PADCONV_CASES = [  # x shape, w shape, mode, pads, unsqueeze, conv attrs
 @pytest.mark.parametrize("x_shape,w_shape,mode,pads,unsqueeze,attrs", PADCONV_CASES)
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_pad_conv_fusion_matches_onnxruntime(x_shape, w_shape, mode, pads, unsqueeze, attrs, with_bias, monkeypatch):
-    import onnxpy.ops.padconv as padconv
+    import onnxpy.ops.fused_small as padconv
 
     generic = []
     orig = padconv.pad_conv
@@ -384,7 +384,7 @@ def test_pad_conv_fusion_declines_and_generic_path():
     so.add_session_config_entry("optimization.disable_specified_optimizers", "PadConvFusion")
     assert "PadConv" not in _fused_ops(onnxpy.InferenceSession(model, so))
     # the generic kernel (what runs when the plan-time form declines) is the three ops in sequence
-    from onnxpy.ops.padconv import pad_conv
+    from onnxpy.ops.fused_small import pad_conv
 
     y = pad_conv(x, w, None, pad_mode="reflect", pad_pads=[0, 2, 0, 2], unsqueeze_axes=[1], strides=[2])
     xp = np.pad(x, ((0, 0), (2, 2)), mode="reflect")[:, None]
@@ -420,7 +420,7 @@ def _gemm_sum_model(k1, k2, n, trans_b, alpha=1.0, shared=False, trans_b2=None):
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("rows", [(1, 1), (5, 5), (1, 4), (3, 1)])  # (different rows: Add broadcasts, generic path)
 def test_gemm_sum_fusion_matches_onnxruntime(trans_b, rows, monkeypatch):
-    import onnxpy.ops.padconv as padconv
+    import onnxpy.ops.fused_small as padconv
 
     generic = []
     orig = padconv.gemm_sum

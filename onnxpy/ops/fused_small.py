@@ -1,12 +1,13 @@
-"""ai.onnxpy.PadConv: Pad (any mode, constant pads) -> [Unsqueeze] -> 1-D Conv, as one op (written by the level-99
-PadConvFusion, optimizer/fusions_speed.py; silero-vad's STFT pads its audio by reflection, adds a channel axis and
-runs a strided convolution with the Fourier basis).
+"""onnxpy's level-99 fusions for small (streaming-audio) models, domain ai.onnxpy:
 
-The generic kernel runs the three ops in sequence.  With a constant filter the plan-time form composes the Pad's
-index map with the convolution's column gather (``conv._spec_conv1d``): the padding is never materialised, and
-the column matrix is one gather from the unpadded input.  The index map is the Pad kernel itself applied to an
-array of positions, so every mode (reflect, edge, wrap, constant zeros, negative pads) means exactly what the Pad
-op means.
+* PadConv: Pad (any mode, constant pads) -> [Unsqueeze] -> 1-D Conv, as one op (written by PadConvFusion,
+  optimizer/fusions_speed.py; silero-vad's STFT pads its audio by reflection, adds a channel axis and runs a strided
+  convolution with the Fourier basis).  The generic kernel runs the three ops in sequence.  With a constant filter
+  the plan-time form composes the Pad's index map with the convolution's column gather (``conv._spec_conv1d``): the
+  padding is never materialised, and the column matrix is one gather from the unpadded input.  The index map is the
+  Pad kernel itself applied to an array of positions, so every mode (reflect, edge, wrap, constant zeros, negative
+  pads) means exactly what the Pad op means.
+* GemmSum: Gemm + Gemm -> Add (an LSTM cell exported as primitives) as one GEMM of the concatenated inputs.
 """
 
 from __future__ import annotations
