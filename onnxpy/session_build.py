@@ -220,13 +220,13 @@ class SessionState:
         """Positions of the requested outputs in the plan's output list (remembered per name tuple), or None when
         a name is unknown or not a string (the full path then raises onnxruntime's error)."""
         key = tuple(output_names)
-        idx = self._fetch_index.get(key)
+        try:
+            idx = self._fetch_index.get(key)
+        except TypeError:  # (an unhashable name)
+            return None
         if idx is None:
             get = self.output_index.get
-            try:
-                idx = [get(n) if type(n) is str else None for n in key]
-            except TypeError:  # (an unhashable name)
-                return None
+            idx = [get(n) if type(n) is str else None for n in key]
             if None in idx:
                 return None
             if len(self._fetch_index) < 64:

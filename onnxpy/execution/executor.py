@@ -8,7 +8,7 @@ import numpy as np
 
 from ..capi.onnxruntime_pybind11_state import Fail, _OrtError
 from ..errors import describe_value
-from .plan import SINK, ExecutionPlan, _Donor, _IfKernel
+from .plan import SINK, ExecutionPlan, _Donor, _IfKernel, if_condition
 
 _generic = np.generic
 _asarray = np.asarray
@@ -137,7 +137,7 @@ def _compile(fast, n_slots=None):
     from the parent's slots directly), so a branch costs no plan call, slot list or output tuple."""
     if not fast or len(fast) > _COMPILE_MAX_STEPS:
         return None
-    env = {"_nd": _ndarray, "_one": _one, "_store_many": _store_many, "_OrtError": _OrtError, "_cond": _if_cond}
+    env = {"_nd": _ndarray, "_one": _one, "_store_many": _store_many, "_OrtError": _OrtError, "_cond": if_condition}
     lines = ["def run(vals):", "    try:"]
     line_step: dict[int, tuple] = {}  # line -> (step, its argument slots in the runner's slot list)
     ext: list = []  # the inlined branches' templates, appended to vals at the start of a run
@@ -235,15 +235,6 @@ def _inlinable(fn, mode, depth, budget):
         return None
     budget[0] -= n
     return plans
-
-
-def _if_cond(cond) -> bool:
-    """The If kernel's condition test (plan._IfKernel), for inlined branches."""
-    if type(cond) is np.ndarray and cond.size == 1:
-        return bool(cond)
-    from ..ops.control_flow import _scalar_bool
-
-    return _scalar_bool(cond, "If condition")
 
 
 def _nesting_error(step, exc: RecursionError) -> Exception:

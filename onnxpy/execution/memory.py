@@ -63,16 +63,21 @@ _hp_depth = 0
 _hp_prev = None
 
 
+_hp_fn: list = []  # numpy's switch, once looked up (None when numpy has none)
+
+
 def _hp_setter():
-    for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        try:
-            m = __import__(mod, fromlist=["_set_madvise_hugepage"])
-        except ImportError:
-            continue
-        fn = getattr(m, "_set_madvise_hugepage", None)
-        if fn is not None:
-            return fn
-    return None
+    if not _hp_fn:
+        fn = None
+        for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
+            try:
+                fn = getattr(__import__(mod, fromlist=["_set_madvise_hugepage"]), "_set_madvise_hugepage", None)
+            except ImportError:
+                continue
+            if fn is not None:
+                break
+        _hp_fn.append(fn)
+    return _hp_fn[0]
 
 
 class without_hugepages:

@@ -598,6 +598,15 @@ def _if_kernel():
     return control_flow.if_
 
 
+def if_condition(cond) -> bool:
+    """An If node's condition as a bool (the If kernel's and the generated runner's inlined Ifs' test)."""
+    if type(cond) is np.ndarray and cond.size == 1:
+        return bool(cond)  # (a one-element array's truth value is its element's)
+    from ..ops.control_flow import _scalar_bool
+
+    return _scalar_bool(cond, "If condition")
+
+
 class _IfKernel:
     """The If kernel with its branches prebound: runs the chosen branch's plan directly (no per-call objects)."""
 
@@ -613,12 +622,7 @@ class _IfKernel:
         self.branch = run_branch if runner is run_subgraph else None
 
     def __call__(self, cond, *outer):
-        if type(cond) is np.ndarray and cond.size == 1:
-            c = bool(cond)  # (a one-element array's truth value is its element's)
-        else:
-            from ..ops.control_flow import _scalar_bool
-
-            c = _scalar_bool(cond, "If condition")
+        c = if_condition(cond)
         if self.branch is not None:
             return self.branch(self.then_plan if c else self.else_plan, outer)
         return tuple(self.runner(self.then_plan if c else self.else_plan, (), outer))

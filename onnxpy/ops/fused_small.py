@@ -59,13 +59,13 @@ def _pad_conv_specialize(consts, kwargs):
     dt = W.dtype
     full = {k: kwargs[k] for k in kwargs if not k.startswith("_")}
     memo: dict = {}
-    tails: dict = {}
 
     def generic(X, *rest):
         return pad_conv(X, *rest, **full)
 
     def build(shape):
-        """(filter, gather index into [x, 0, 1] per batch row) for input shape ``shape``, or False."""
+        """(filter, gather index into [x, 0, 1] per batch row, the (N, 2) [0, 1] tail) for input shape ``shape``, or
+        False."""
         if len(shape) < 1 or shape[0] == 0 or len(pp) != 2 * len(shape) or pp[0] or pp[len(shape)]:
             return False  # (the batch axis must not be padded: the map covers one batch row)
         S = 1
@@ -89,6 +89,8 @@ def _pad_conv_specialize(consts, kwargs):
             idx[:C] = np.arange(C)[:, None] * Lp + np.arange(a, b)[None, :]
             idx[C] = C * Lp + 1
             wl = np.concatenate((wl, np.zeros((M, 1), dt) if tail is None else tail), axis=1)
+            tail = np.zeros((shape[0], 2), dt)  # (the gather's appended 0 and 1, as the gather plans carry)
+            tail[:, 1] = 1
         flat = pos.reshape(-1) - 1  # padded position -> position in the batch row (-1: a constant pad)
         real = idx < C * Lp
         out = np.where(real, flat[np.where(real, idx, 0)], -1)
@@ -96,7 +98,7 @@ def _pad_conv_specialize(consts, kwargs):
         out[idx == C * Lp + 1] = S + 1  # the bias row's ones
         wl = np.ascontiguousarray(wl)
         wl.flags.writeable = False
-        return wl, out.astype(np.intp)
+        return wl, out.astype(np.intp), tail
 
     def run(X, Wr, Br=None):
         if type(X) is not np.ndarray or X.dtype != dt or Wr is not W or Br is not B:
@@ -109,15 +111,8 @@ def _pad_conv_specialize(consts, kwargs):
                 memo[shape] = ent
         if ent is False:
             return generic(X, Wr, Br)
-        wl, idx = ent
+        wl, idx, tail = ent
         N = shape[0]
-        tail = tails.get(N)
-        if tail is None:
-            tail = np.zeros((N, 2), dt)
-            tail[:, 1] = 1
-            tail.flags.writeable = False
-            if len(tails) < 8:
-                tails[N] = tail
         ext = np.concatenate((X.reshape(N, -1), tail), axis=1)
         if N == 1:
             return _dot2(wl, ext.take(idx)).reshape(1, M, idx.shape[1])

@@ -71,6 +71,12 @@ def _finish(res, x_dtype: np.dtype):
 _GEMV_F = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def _reduced_shape(shape, axes, keepdims) -> list:
+    """The shape of ``shape`` reduced over ``axes`` (kept as 1s with ``keepdims``)."""
+    return [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+        [d for i, d in enumerate(shape) if i not in axes]
+
+
 def _gemv_sum(x, axes, keepdims):
     """np.add.reduce(x, axes) for a C-contiguous float32/float64 x reduced over a run of adjacent axes, as
     matrix-vector products with ones (BLAS runs them 3-5x faster than numpy's reduction, with float32 errors of
@@ -91,9 +97,7 @@ def _gemv_sum(x, axes, keepdims):
         res = np.matmul(x.reshape(A, S), ones)
     else:  # (one vector-matrix product per leading index)
         res = np.matmul(ones, x.reshape(A, S, B))
-    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
-        [d for i, d in enumerate(x.shape) if i not in axes]
-    return res.reshape(shape)
+    return res.reshape(_reduced_shape(x.shape, axes, keepdims))
 
 
 def _sum(x, axes, keepdims):
@@ -276,8 +280,7 @@ def _mean_native(x, axes, keepdims):
         for a in axes:
             count *= shp[a]
         if count == 1:  # (every reduced axis has length 1: the mean of one element is that element, exactly)
-            return x.reshape([1 if i in axes else d for i, d in enumerate(shp)] if keepdims else
-                             [d for i, d in enumerate(shp) if i not in axes])
+            return x.reshape(_reduced_shape(shp, axes, keepdims))
         if count:
             s = _gemv_sum(x, axes, keepdims)
             if s is None:

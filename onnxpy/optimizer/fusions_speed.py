@@ -18,11 +18,15 @@ import numpy as np
 
 from ..ir.model import Node
 from .fusions import SweepPass, _is
-from .graph_types import elem_types
+from .graph_types import _const, _ints, elem_types
 
 MS = "com.microsoft"
 _FLOAT = 1
 _F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _onnx_opset(ctx) -> int:
+    return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
 
 
 def _const_scalar(g, name):
@@ -61,7 +65,7 @@ class ConvActivationFusion(SweepPass):
     anchors = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip")
 
     def begin(self, g, ctx):
-        return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1)), elem_types(g)
+        return _onnx_opset(ctx), elem_types(g)
 
     def rewrite(self, act, m, g, ctx):
         opset, types = m.sweep
@@ -89,11 +93,9 @@ class ConvActivationFusion(SweepPass):
 
 
 def _const_ints(g, name):
-    """The values of a constant 1-D integer input as a list, None when not a constant."""
-    v = g.initializers.get(name) if name else None
-    if not isinstance(v, np.ndarray) or v.ndim > 1 or v.dtype.kind not in "iu":
-        return None
-    return [int(x) for x in v.reshape(-1)]
+    """graph_types' integer constant for a 0-/1-D one (a 2-D pads or axes tensor is left for the op to reject)."""
+    v = _const(g, name)
+    return _ints(g, name) if v is not None and v.ndim <= 1 else None
 
 
 class PadConvFusion(SweepPass):
@@ -102,7 +104,7 @@ class PadConvFusion(SweepPass):
     anchors = ("Conv",)
 
     def begin(self, g, ctx):
-        return ctx.model.opsets.get("", ctx.model.opsets.get("ai.onnx", 1))
+        return _onnx_opset(ctx)
 
     def rewrite(self, conv, m, g, ctx):
         opset = m.sweep
@@ -149,7 +151,8 @@ class PadConvFusion(SweepPass):
 
 
 def _plain_gemm(n, g):
-    """(transB, weight, bias) of a Gemm alpha = beta = 1, transA = 0 with a constant 2-D float32 weight and 1-D bias."""
+    """(transB, output columns of the weight, bias length) of a Gemm alpha = beta = 1, transA = 0 with a constant 2-D
+    float32 weight and 1-D bias, else None."""
     if not _is(n, "Gemm") or len(n.inputs) != 3 or len(n.outputs) != 1 or not all(n.inputs):
         return None
     a = n.attrs
