@@ -315,29 +315,33 @@ _MAXPOOL_W3S2 = True
 
 def _max_pool_w3s2(x, kh, sh, ph, pw, out):
     """2-D max pooling with 3-wide, stride-2 windows along W starting at column 2j - pw (pw in {0, 1}), no
-    dilation: rows first (the kh strided-row taps, padding taps skipped), then columns, where the pair
-    (2j, 2j + 1) -- inside the input whenever 2 * Wo <= W -- is read as one reshaped (Wo, 2) view and combined
-    with the window's third column (2j + 2, or 2j - 1 with a left pad) where that lies inside.  Channels go in
-    blocks of ~512 KiB so the row pass's result is still in cache for the column pass (measured 1.12-1.2x the
-    unblocked separable passes)."""
+    dilation: rows first (the kh strided-row taps, padding taps skipped), then columns.
+
+    Along W the 3-tap maximum is taken at every column of the row pass's result with two passes over its flattened
+    rows (numpy's contiguous loops run ~3x faster than the strided ones that would read every other column), then
+    the even columns are copied out; a tap running past a row end reads the next row, so those outputs -- the
+    first column with a left pad, the last when its third column lies past the edge -- are recomputed from their
+    in-range taps.  Channels go in blocks of ~512 KiB so the intermediates stay in cache (measured 0.82-0.95x the
+    strided column pass on the corpus's 3x3 stride-2 pools)."""
     N, C, H, W = x.shape
     Ho, Wo = out
     res = np.empty((N, C, Ho, Wo), dtype=x.dtype)
     step = min(C, max(1, _MAXPOOL_BLOCK_BYTES // max(1, H * W * x.dtype.itemsize)))
     rows = np.empty((step, Ho, W), dtype=x.dtype)
+    cols = np.empty(step * Ho * W, dtype=x.dtype)
     ranges = [_tap_range(H, i, sh, ph, Ho) for i in range(kh)]
     full = [i for i, (lo, hi) in enumerate(ranges) if lo == 0 and hi == Ho]
     part = [i for i, (lo, hi) in enumerate(ranges) if hi > lo and i not in full]
     fill = _min_value(x.dtype)
-    if pw == 0:  # third column 2j + 2 for the outputs j where it lies inside
-        e_lo, e_hi = 0, min(Wo, (W - 3) // 2 + 1)
-    else:  # third column 2j - 1 for j >= 1
-        e_lo, e_hi = 1, Wo
+    # outputs whose window the flat column pass gets wrong: (j, its in-range input columns)
+    edges = [(j, [c for c in (2 * j - pw, 2 * j + 1 - pw, 2 * j + 2 - pw) if 0 <= c < W]) for j in range(Wo)
+             if 2 * j - pw < 0 or 2 * j + 2 - pw >= W]
     for n in range(N):
         for c0 in range(0, C, step):
             c1 = min(C, c0 + step)
+            b = c1 - c0
             xb = x[n, c0:c1]
-            r = rows[:c1 - c0]
+            r = rows[:b]
             if not full:
                 r.fill(fill)
             elif len(full) == 1:
@@ -351,13 +355,23 @@ def _max_pool_w3s2(x, kh, sh, ph, pw, out):
                 a = lo * sh - ph + i
                 d = r[:, lo:hi]
                 np.maximum(d, xb[:, a:a + (hi - lo - 1) * sh + 1:sh], out=d)
+            # q[k] = max(r[k - pw], r[k + 1 - pw], r[k + 2 - pw]) over the flattened rows, for pw <= k < L - 2 + pw
+            rf = r.reshape(-1)
+            L = rf.size
+            q = cols[:L]
+            if L > 2:
+                np.maximum(rf[:L - 2], rf[1:L - 1], out=q[pw:L - 2 + pw])
+                np.maximum(q[pw:L - 2 + pw], rf[2:], out=q[pw:L - 2 + pw])
             o = res[n, c0:c1]
-            pairs = r[:, :, :2 * Wo].reshape(c1 - c0, Ho, Wo, 2)
-            np.maximum(pairs[..., 0], pairs[..., 1], out=o)
-            if e_hi > e_lo:
-                d = o[:, :, e_lo:e_hi]
-                a = 2 * e_lo + 2 if pw == 0 else 2 * e_lo - 1
-                np.maximum(d, r[:, :, a:a + 2 * (e_hi - e_lo - 1) + 1:2], out=d)
+            o[...] = q.reshape(b, Ho, W)[:, :, 0:2 * Wo - 1:2]
+            for j, cs in edges:
+                d = o[:, :, j]
+                if len(cs) == 1:
+                    d[...] = r[:, :, cs[0]]
+                else:
+                    np.maximum(r[:, :, cs[0]], r[:, :, cs[1]], out=d)
+                    for c in cs[2:]:
+                        np.maximum(d, r[:, :, c], out=d)
     return res
 
 
