@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
+from onnxpy.ops._shape_util import NOT_CONST
 from onnxpy.ops.conv import conv
 from onnxpy.ops.elementwise import pow_
 
@@ -447,3 +448,168 @@ def test_gemm_sum_fusion_declines():
     so = onnxpy.SessionOptions()
     so.add_session_config_entry("optimization.disable_specified_optimizers", "GemmSumFusion")
     assert "GemmSum" not in _fused_ops(onnxpy.InferenceSession(_gemm_sum_model(7, 9, 12, 1), so))
+
+
+# --- ConvResidualFusion: Conv -> Add / Sum [-> Relu] as ai.onnxpy.ConvAdd ---------------------------------------
+def _residual_model(x_shape, w_shape, z_shape, *, op="Add", conv_first=True, relu=True, bias=True, conv_attrs=None,
+                    z_output=False, conv_output=False, dtype=np.float32):
+    rng = np.random.default_rng(8)
+    tp = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    inits = [numpy_helper.from_array(rng.standard_normal(w_shape).astype(dtype), "W")]
+    cin = ["x", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(w_shape[0]).astype(dtype), "B"))
+        cin.append("B")
+    nodes = [helper.make_node("Relu", ["r"], ["z"]),  # the residual: a fresh value the Add may take over
+             helper.make_node("Conv", cin, ["c"], **(conv_attrs or {})),
+             helper.make_node(op, ["c", "z"] if conv_first else ["z", "c"], ["s"])]
+    outs = ["y"]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["s"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    if z_output:
+        outs.append("z")
+    if conv_output:
+        outs.append("c")
+    ins = [helper.make_tensor_value_info("x", tp, x_shape), helper.make_tensor_value_info("r", tp, z_shape)]
+    return _model(nodes, ins, [helper.make_tensor_value_info(o, tp, None) for o in outs], inits)
+
+
+RESIDUAL_CASES = [  # x shape, w shape, z shape, conv attrs (outputs >= 131072 elements take the accumulating GEMMs)
+    ((1, 64, 56, 56), (256, 64, 1, 1), (1, 256, 56, 56), {}),  # 1x1, bias folded in the GEMM (M >= C)
+    ((1, 512, 32, 32), (128, 512, 1, 1), (1, 128, 32, 32), {}),  # 1x1, bias added after (M < C)
+    ((1, 64, 64, 64), (256, 64, 1, 1), (1, 256, 32, 32), {"strides": [2, 2]}),  # strided 1x1 (projection)
+    ((1, 16, 96, 96), (16, 16, 3, 3), (1, 16, 96, 96), {"pads": [1, 1, 1, 1]}),  # im2col GEMM
+    ((1, 64, 48, 48), (64, 64, 3, 3), (1, 64, 48, 48), {"pads": [1, 1, 1, 1]}),  # per-tap GEMMs
+    ((1, 128, 40, 40), (32, 128, 3, 3), (1, 32, 40, 40), {"pads": [1, 1, 1, 1]}),  # stacked taps (added after)
+    ((1, 8, 10, 10), (8, 8, 3, 3), (1, 8, 10, 10), {"pads": [1, 1, 1, 1]}),  # small: conv, then the add
+    ((1, 8, 10, 10), (8, 8, 3, 3), (1, 8, 1, 1), {"pads": [1, 1, 1, 1]}),  # Z broadcasts: Add's result
+    ((1, 64, 40, 40), (128, 16, 1, 1), (1, 128, 40, 40), {"group": 4}),  # grouped: conv, then the add
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,z_shape,attrs", RESIDUAL_CASES)
+@pytest.mark.parametrize("op,conv_first,relu,bias", [("Add", True, True, True), ("Sum", False, False, False)])
+def test_conv_residual_fusion_matches_onnxruntime(x_shape, w_shape, z_shape, attrs, op, conv_first, relu, bias,
+                                                  monkeypatch):
+    import onnxpy.ops.conv as conv_mod
+
+    acc = []
+    orig = conv_mod._conv2d_fast
+    monkeypatch.setattr(conv_mod, "_conv2d_fast", lambda *a, **k: acc.append(k.get("acc", False)) or orig(*a, **k))
+    rng = np.random.default_rng(9)
+    model = _residual_model(x_shape, w_shape, z_shape, op=op, conv_first=conv_first, relu=relu, bias=bias,
+                            conv_attrs=attrs)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "r": rng.standard_normal(z_shape).astype(np.float32)}
+    s, got, want = _both(model, feeds)
+    assert _fused_ops(s) == ["Relu", "ConvAdd"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    out_size = int(np.prod(z_shape))
+    big = out_size >= conv_mod._ACC_MIN and attrs.get("group", 1) == 1 and z_shape[2:] != (1, 1)
+    assert (True in acc) == big  # the residual received the convolution's GEMMs exactly when it is large
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    plain = onnxpy.InferenceSession(model, so)
+    assert "ConvAdd" not in _fused_ops(plain)
+    np.testing.assert_allclose(got[0], plain.run(None, feeds)[0], rtol=1e-5, atol=1e-4)
+    # twice in a row (the donated residual is a fresh array each run)
+    np.testing.assert_allclose(s.run(None, feeds)[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_conv_residual_fusion_keeps_visible_values():
+    rng = np.random.default_rng(10)
+    shape = (1, 64, 56, 56)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "r": rng.standard_normal((1, 256, 56, 56)).astype(
+        np.float32)}
+    # the residual is also a graph output: it must not be overwritten (the convolution then the add)
+    model = _residual_model(shape, (256, 64, 1, 1), (1, 256, 56, 56), z_output=True)
+    s, got, want = _both(model, feeds)
+    assert "ConvAdd" in _fused_ops(s)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    # the convolution's output is visible: no fusion
+    model = _residual_model(shape, (256, 64, 1, 1), (1, 256, 56, 56), conv_output=True)
+    s, got, want = _both(model, feeds)
+    assert "ConvAdd" not in _fused_ops(s)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    # float64 convolutions and disabled_optimizers: no fusion
+    feeds64 = {k: v.astype(np.float64) for k, v in feeds.items()}
+    s = onnxpy.InferenceSession(_residual_model(shape, (256, 64, 1, 1), (1, 256, 56, 56), dtype=np.float64))
+    assert "ConvAdd" not in _fused_ops(s)
+    assert s.run(None, feeds64)[0].dtype == np.float64
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("optimization.disable_specified_optimizers", "ConvResidualFusion")
+    model = _residual_model(shape, (256, 64, 1, 1), (1, 256, 56, 56))
+    assert "ConvAdd" not in _fused_ops(onnxpy.InferenceSession(model, so))
+
+
+def test_conv_add_kernel_generic_and_in_place():
+    from onnxpy.ops.contrib_fused import conv_add
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = rng.standard_normal((256, 64, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32)
+    z = rng.standard_normal((1, 256, 56, 56)).astype(np.float32)
+    want = np.maximum(conv(x, w, b) + z, 0)
+    np.testing.assert_allclose(conv_add(x, w, b, z, activation="Relu"), want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(conv_add(x, w, b, z[:, :, :1, :1]), conv(x, w, b) + z[:, :, :1, :1], rtol=1e-6)
+    with pytest.raises(ValueError, match="activation"):
+        conv_add(x, w, b, z, activation="Tanh")
+    for a in (w, b):
+        a.flags.writeable = False
+    run = conv_add.specialize((NOT_CONST, w, b, NOT_CONST), {"activation": "Relu"})
+    zc = z.copy()
+    y = run(x, w, b, zc, _donated=(3,))
+    assert y is zc  # accumulated into the handed-over residual
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    zc = z.copy()
+    y = run(x, w, b, zc)  # not handed over: the residual is left alone
+    np.testing.assert_array_equal(zc, z)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+    # a residual of another shape is not written
+    zs = z[:, :, :28].copy()
+    with pytest.raises(ValueError):
+        run(x, w, b, zs, _donated=(3,))
+    np.testing.assert_array_equal(zs, z[:, :, :28])
+
+
+ACC_PATH_CASES = [  # x shape, w shape, pads, strides, group: every 2-D fast path, accumulating into its output
+    ((2, 64, 20, 20), (256, 64, 1, 1), [0, 0, 0, 0], [1, 1], 1),  # 1x1, folded bias
+    ((2, 64, 20, 20), (16, 64, 1, 1), [0, 0, 0, 0], [2, 2], 1),  # strided 1x1, bias after
+    ((1, 64, 20, 20), (64, 16, 1, 1), [0, 0, 0, 0], [1, 1], 4),  # grouped 1x1
+    ((2, 8, 15, 17), (12, 8, 3, 3), [1, 0, 2, 1], [1, 1], 1),  # im2col
+    ((1, 8, 15, 17), (12, 8, 5, 5), [2, 2, 2, 2], [2, 2], 1),  # im2col from stride phases
+    ((1, 64, 30, 30), (64, 64, 3, 3), [1, 1, 1, 1], [1, 1], 1),  # per-tap GEMMs
+    ((1, 64, 30, 30), (64, 64, 3, 3), [1, 1, 1, 1], [2, 2], 1),  # per-tap GEMMs, strided
+    ((1, 128, 12, 12), (32, 128, 3, 3), [1, 1, 1, 1], [1, 1], 1),  # stacked taps
+    ((1, 256, 28, 28), (512, 256, 3, 3), [1, 1, 1, 1], [1, 1], 1),  # Winograd
+    ((1, 16, 14, 14), (16, 1, 3, 3), [1, 1, 1, 1], [1, 1], 16),  # depthwise
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,pads,strides,group", ACC_PATH_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_fast_paths_accumulate(x_shape, w_shape, pads, strides, group, dtype):
+    import onnxpy.ops.conv as conv_mod
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+    want = conv(x, w, b, pads=pads, strides=strides, group=group)
+    z = rng.standard_normal(want.shape).astype(dtype)
+    out = z.copy()
+    got = conv_mod._conv2d_fast(x, w, b, pads[:2], pads[2:], strides, [1, 1], group, (None, None), out=out, acc=True)
+    assert got is out
+    np.testing.assert_allclose(got, want + z, rtol=1e-4, atol=1e-3)
+    # a non-contiguous destination (a channel range of a larger buffer) accumulates too
+    big = np.concatenate([z, z], axis=1)
+    view = big[:, : z.shape[1]]
+    got = conv_mod._conv2d_fast(x, w, b, pads[:2], pads[2:], strides, [1, 1], group, (None, None), out=view,
+                                acc=True)
+    np.testing.assert_allclose(view, want + z, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(big[:, z.shape[1]:], z)

@@ -226,7 +226,8 @@ def _fast_step(st: Step, donor):
 
 # -- in-place donation ---------------------------------------------------------------------------------------------
 # A kernel that names the reserved keyword ``_donated`` may overwrite the inputs at the positions it is given
-# (``_donated`` is a tuple of input positions, ``()`` on ordinary calls).  The planner offers a position only when
+# (``_donated`` is a tuple of input positions, ``()`` on ordinary calls); so may the plan-time form a ``specialize``
+# hook returns when it carries ``donates = True``.  The planner offers a position only when
 # its slot dies at that step, is not pinned (graph input/output, initializer, constant, outer-scope value) and is
 # read once by the step; at run time the donor hands it over only when the array owns its memory, is writeable,
 # and nothing but the slot list references it (no other slot, no view of it, no caller): a reference count check
@@ -438,7 +439,9 @@ class Planner:
             fn, implicit, dk = self._bind(node)
             spec = getattr(fn, "_onnxpy_spec", None)
             if spec is not None:
-                fn, dk = _specialize(fn, spec, ins, const_vals, dynamic), None
+                fn = _specialize(fn, spec, ins, const_vals, dynamic)
+                # a plan-time form marked ``donates`` takes ``_donated`` itself (see the in-place donation notes)
+                dk = (fn, {}) if getattr(fn, "donates", False) else None
             if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
                     and len(node.outputs) == 1 and node.outputs[0] and node.outputs[0] not in produced):
                 try:

@@ -1,7 +1,7 @@
 """com.microsoft fused element-wise / matmul / conv ops (onnxruntime contrib semantics).
 
 Gelu, FastGelu, BiasGelu, QuickGelu, BiasSoftmax, BiasAdd, FusedMatMul, TransposeMatMul, FusedGemm, FusedConv;
-onnxpy's own level-99 fusions MatMulBias(Gelu), FeedForward and ConvConcat (domain ai.onnxpy).
+onnxpy's own level-99 fusions MatMulBias(Gelu), FeedForward, ConvAdd and ConvConcat (domain ai.onnxpy).
 
 float16/bfloat16 inputs are computed in float32 and cast back; float64 stays float64.
 """
@@ -444,6 +444,64 @@ def _fused_conv_specialize(consts, kwargs):
 
 
 fused_conv.specialize = _fused_conv_specialize
+
+
+# --------------------------------------------------------------------------------------------------------- ConvAdd
+@kernel("ConvAdd", domain="ai.onnxpy")
+def conv_add(X, W, B=None, Z=None, *, activation="", auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+             pads=None, strides=None):
+    """activation(Conv(X, W, B) + Z), Add's broadcasting included; activation "" or "Relu" (written by the level-99
+    ConvResidualFusion, optimizer/fusions_speed.py: a residual connection).  The plan-time form accumulates the
+    convolution straight into Z when the executor hands Z over (see ``_conv_add_specialize``)."""
+    op = "ConvAdd"
+    if activation not in ("", "Relu"):
+        raise ValueError(f"{op}: unsupported activation {activation!r} (expected '' or 'Relu')")
+    y = _conv(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+              strides=strides)
+    return _conv_add_tail(y, Z, activation == "Relu")
+
+
+def _conv_add_tail(y, Z, relu):
+    """y + Z (in place on a fresh, writeable y of Z's shape and type), then ReLU in place."""
+    if Z is None:
+        raise ValueError("ConvAdd: input Z (the residual) is required")
+    if (type(y) is np.ndarray and y.flags.writeable and type(Z) is np.ndarray and Z.shape == y.shape
+            and Z.dtype == y.dtype):
+        y += Z
+    else:
+        y = np.add(y, Z)
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
+    return y
+
+
+def _conv_add_specialize(consts, kwargs):
+    """Constant float weights (the plan-time Conv, ``conv._spec_conv``): a handed-over Z (donated, see
+    execution/plan.py) of the output's shape receives the convolution in place -- the float32 GEMMs accumulate into it
+    (BLAS beta = 1), so the residual add costs no pass of its own; otherwise the convolution then the add."""
+    if len(consts) != 4 or kwargs.get("activation", "") not in ("", "Relu"):
+        return None
+    conv_kw = {k: v for k, v in kwargs.items() if k != "activation"}
+    fast = _conv.specialize(consts[:3], conv_kw)
+    into = getattr(fast, "into", None)
+    if into is None:
+        return None
+    relu = kwargs.get("activation", "") == "Relu"
+    zero = consts[1].dtype.type(0)
+
+    def run(X, Wr, B, Z, *, _donated=()):
+        if 3 in _donated:
+            y = into(X, Z)
+            if y is not None:
+                return np.maximum(y, zero, out=y) if relu else y
+        y = fast(X, Wr, B) if B is not None else fast(X, Wr)
+        return _conv_add_tail(y, Z, relu)
+
+    run.donates = True
+    return run
+
+
+conv_add.specialize = _conv_add_specialize
 
 
 # ------------------------------------------------------------------------------------------------------ ConvConcat

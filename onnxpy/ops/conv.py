@@ -41,6 +41,10 @@ _DW_BAND_BLOCK = 1 << 20
 _DW_BAND_WASTE = 8
 # Largest per-channel product buffer of the banded path (bytes).
 _DW_BAND_MAX_BYTES = 1 << 26
+# Residuals (ai.onnxpy.ConvAdd) with fewer elements are added after the convolution instead of receiving its GEMMs
+# (BLAS beta = 1): below ~100K outputs the direct BLAS calls cost more than the add pass they save (measured:
+# 802816 outputs 0.54x, 200704 0.82x, 100352 0.98x, 46080 1.11x), and grouped ones always (one call per group).
+_ACC_MIN = 1 << 17
 # Strided convolutions with at least this many kernel taps build their columns from a stride-phase split.
 _POLY_MIN_TAPS = 16
 # Stride-1 depthwise convolutions with output planes up to this size run channels-last (measured: 544x7x7 1.8x the
@@ -238,7 +242,7 @@ def _tap_weights(w):
     return np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(KH * KW, M, C)
 
 
-def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(None, None), out=None):
+def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(None, None), out=None, acc=False):
     """Float32 2-D convolution without im2col: one BLAS GEMM per tap, accumulated in place (beta = 1).
 
     In the flat zero-padded image (C, (Hp + 1) * Wp) the input window of tap (i, j) for all output positions is the
@@ -270,11 +274,18 @@ def _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B=None, wkey=(No
         for r0 in range(0, Ho, rows):
             h = min(rows, Ho - r0)
             yb = y[:, :h * Wp]
-            if B is not None:
+            if acc:  # start from the residual held in ``out`` (+ bias); the spare columns, cropped below, from 0
+                y3 = yb.reshape(M, h, Wp)
+                if B is not None:
+                    np.add(out[n, :, r0:r0 + h], B.reshape(M, 1, 1), out=y3[:, :, :Wo])
+                else:
+                    y3[:, :, :Wo] = out[n, :, r0:r0 + h]
+                y3[:, :, Wo:] = 0
+            elif B is not None:
                 yb[...] = B.reshape(M, 1)
             s0 = r0 * Wp
             for t, (a, off) in enumerate(src):
-                _blas.sgemm(wt[t], a[n, :, s0 + off:s0 + off + h * Wp], yb, 1.0 if t or B is not None else 0.0)
+                _blas.sgemm(wt[t], a[n, :, s0 + off:s0 + off + h * Wp], yb, 1.0 if t or acc or B is not None else 0.0)
             out[n, :, r0:r0 + h] = yb.reshape(M, h, Wp)[:, :, :Wo]
     return out
 
@@ -352,10 +363,11 @@ def _gemm_weights(w, B, group):
     return wr
 
 
-def _conv1x1(x, w, B, group, wkey, out=None):
+def _conv1x1(x, w, B, group, wkey, out=None, acc=False):
     """Pointwise convolution (N, C, *S) -> (N, M, *S): one (grouped) GEMM into the output.  The bias rides in the
     GEMM on a row of ones when the output has at least as many channels as the input (copying the input is then
-    cheaper than a separate pass over the output), else it is added in place."""
+    cheaper than a separate pass over the output), else it is added in place.  ``acc`` (float32, direct BLAS, a
+    given C-contiguous ``out``): the GEMMs accumulate into ``out``."""
     N, C = x.shape[:2]
     M = w.shape[0]
     Cg, Mg = C // group, M // group
@@ -370,15 +382,25 @@ def _conv1x1(x, w, B, group, wkey, out=None):
         cols[:, Cg] = 1
         for n in range(N):
             cols[:, :Cg] = xg[n]
-            np.matmul(wr, cols, out=of[n])
+            if acc:
+                for g in range(group):
+                    _blas.sgemm(wr[g], cols[g], of[n, g], 1.0)
+            else:
+                np.matmul(wr, cols, out=of[n])
         return out
-    np.matmul(w.reshape(group, Mg, Cg), xg, out=of)
+    if acc:
+        w3 = w.reshape(group, Mg, Cg)
+        for n in range(N):
+            for g in range(group):
+                _blas.sgemm(w3[g], xg[n, g], of[n, g], 1.0)
+    else:
+        np.matmul(w.reshape(group, Mg, Cg), xg, out=of)
     if B is not None:
         out.reshape(N, M, P)[...] += B.reshape(M, 1)
     return out
 
 
-def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(None, None), out=None):
+def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(None, None), out=None, acc=False):
     """2-D convolution as one GEMM per block of output rows, written straight into the output, with the bias
     folded into the GEMM as a row of ones.
 
@@ -426,7 +448,11 @@ def _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey=(No
                 dst = dst.reshape(group, Cg, T, h, Wo)
                 for t, (p, qi, qj) in enumerate(taps):
                     dst[:, :, t] = phases[p, n, :, qi + r0:qi + r1, qj:qj + Wo].reshape(group, Cg, h, Wo)
-            np.matmul(wr, c, out=of[n, :, :, r0 * Wo:r1 * Wo])
+            if acc:  # (a residual in ``out``: BLAS adds the products to it)
+                for g in range(group):
+                    _blas.sgemm(wr[g], c[g], of[n, g, :, r0 * Wo:r1 * Wo], 1.0)
+            else:
+                np.matmul(wr, c, out=of[n, :, :, r0 * Wo:r1 * Wo])
     if B is not None and not folded:
         out.reshape(N, M, P)[...] += B.reshape(M, 1)
     return out
@@ -836,6 +862,34 @@ def _spec_conv(consts, kwargs):
         return out if out is not None else generic(X, *rest)
 
     M = W.shape[0]
+
+    def into(X, Z):
+        """Z += conv(X) in place (ai.onnxpy.ConvAdd's residual, handed over by the executor): the float32 GEMM paths
+        accumulate into Z.  None, with Z untouched, when X or Z do not fit (Z must be a C-contiguous writeable
+        array of the output's shape and dtype), the convolution is grouped or small (``_ACC_MIN``) or no fast path
+        covers the case."""
+        if (group != 1 or type(X) is not np.ndarray or X.dtype != dt or X.ndim != 4 or X.shape[1] != C
+                or X.shape[0] == 0 or type(Z) is not np.ndarray or Z.dtype != dt or Z.size < _ACC_MIN
+                or not Z.flags.c_contiguous or not Z.flags.writeable):
+            return None
+        hw = X.shape[2:]
+        pp = pad_cache.get(hw)
+        if pp is None:
+            try:
+                pp = conv_pads(auto_pad, pads, hw, ks, st, dl, "Conv")
+            except ValueError:
+                return None
+            if len(pad_cache) < 64:
+                pad_cache[hw] = pp
+        try:
+            oshape = conv_out_shape(hw, ks, st, dl, pp[0], pp[1], "Conv")
+        except ValueError:
+            return None
+        if Z.shape != (X.shape[0], M) + tuple(oshape):
+            return None
+        return _conv2d_fast(X, W, Bv, pp[0], pp[1], st, dl, group, (W, B), out=Z, acc=True)
+
+    run.into = into
     if (ks == [1, 1] and st == [1, 1] and auto_pad in ("NOTSET", "VALID") and not any(pads or ()) and M % group == 0):
         # pointwise: one (grouped) GEMM straight from the input, bias added in place
         w3 = W.reshape(group, M // group, W.shape[1])
@@ -854,6 +908,7 @@ def _spec_conv(consts, kwargs):
                 out += b2
             return out.reshape(N, M, H, Wd)
 
+        run1x1.into = into
         return run1x1
     return run
 
@@ -971,14 +1026,18 @@ def _direct_ok(x, w, out_shape):
             and out_shape[0] * out_shape[1] >= _DIRECT_MIN_RATIO * C)
 
 
-def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None):
+def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc=False):
     """Fast 2-D paths (bias included) for well-formed float convolutions with non-negative pads; None when the
     case is not covered (the general path then runs, and reports any error).  With ``out`` (an array of the output
     shape and x's dtype, e.g. a channel range of a concatenation) the result is written there and ``out`` is
-    returned: the GEMM paths write it directly, the others copy their result in."""
+    returned: the GEMM paths write it directly, the others copy their result in.  With ``acc`` the result is added
+    to ``out`` instead (a residual connection): float32 GEMMs accumulate straight into it (BLAS beta = 1), the
+    other paths add their result."""
+    if acc and not (x.dtype == _F32 and _blas.available()):
+        return _into(_conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey), out, True)
     if out is not None and not out.flags.c_contiguous:  # (the GEMM paths view ``out`` as matrices)
         res = _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey)
-        return _into(res, out)
+        return _into(res, out, acc)
     N, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     if (group < 1 or Cg < 1 or C != Cg * group or M % group or min(pb) < 0 or min(pe) < 0 or N == 0 or M == 0
@@ -993,47 +1052,51 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None):
     if KH == 1 and KW == 1 and not any(pb) and not any(pe):
         if strides[0] > 1 or strides[1] > 1:
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
-        return _conv1x1(x, w, B, group, wkey, out)
+        return _conv1x1(x, w, B, group, wkey, out, acc)
     if Cg == 1 and group > 1:
         if (M == group and group >= _DW_NHWC_MIN_C and strides[0] == 1 and strides[1] == 1
                 and out_shape[0] * out_shape[1] <= _DW_TINY_PLANE):
             # tiny planes (7x7): per-channel band GEMMs are call overhead; channels-last row-vector passes win
-            return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out)
+            return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out, acc)
         th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)
         if th is not None:
-            return _into(_depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey), out)
+            return _into(_depthwise2d_band(x, w, B, pb, pe, strides, dilations, out_shape, group, th, wkey), out, acc)
         if strides[0] == 1 and strides[1] == 1:
             if M == group and group >= _DW_NHWC_MIN_C:
-                return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out)
-            return _into(_depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B), out)
+                return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out, acc)
+            return _into(_depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B), out, acc)
         if strides[0] <= 4 and strides[1] <= 4 and prod(out_shape) >= 64:
-            return _into(_depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B), out)
+            return _into(_depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B), out, acc)
         return None
     if (_WINOGRAD and group == 1 and KH == 3 and KW == 3 and strides[0] == strides[1] == 1
             and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
             and C >= _WINOGRAD_MIN_C and M >= 2 * _WINOGRAD_MIN_C and out_shape[0] * out_shape[1] >= 784):
         # wide 3x3 layers (VGG's 256/512-channel stages): Winograd F(2x2,3x3) does 2.25x fewer multiplications
-        return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out)
+        return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out, acc)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
             and _blas.available()):
         # 64+ channels, C <= M <= 3C, many positions: per-tap BLAS GEMMs straight from the padded image
-        return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey, out)
+        return _conv2d_direct(x, w, pb, pe, strides, dilations, out_shape, B, wkey, out, acc)
     if group == 1 and strides[0] == 1 and strides[1] == 1 and KH * KW > 1 and 2 * M <= C and M <= 256:
         # few output channels (DenseNet's growth convolutions, PP-OCR's neck): one GEMM of the tap-stacked filter
         # with the flat image, then the taps' shifted sums (measured 0.64-0.71x the per-tap GEMMs; with M close to
         # C im2col's single GEMM is as fast, and with M > 256 faster)
         if KH * KW * M * (H + pb[0] + pe[0] + 1) * (W + pb[1] + pe[1]) * x.dtype.itemsize <= _STACKED_MAX_BYTES:
-            return _conv2d_stacked(x, w, pb, pe, dilations, out_shape, B, wkey, out)
+            return _into(_conv2d_stacked(x, w, pb, pe, dilations, out_shape, B, wkey, None if acc else out), out, acc)
         # (too large for the stacked products) per-tap GEMMs on the flat image, accumulated in place
-        return _into(_conv2d_shifted(x, w, pb, pe, dilations, out_shape, B), out)
-    return _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey, out)
+        return _into(_conv2d_shifted(x, w, pb, pe, dilations, out_shape, B), out, acc)
+    return _conv2d_gemm(x, w, B, pb, pe, strides, dilations, out_shape, group, wkey, out, acc)
 
 
-def _into(res, out):
-    """``res`` copied into ``out`` when one is given (None stays None: the case was not covered)."""
+def _into(res, out, acc=False):
+    """``res`` copied into ``out`` (added to it with ``acc``) when one is given (None stays None: the case was not
+    covered)."""
     if out is None or res is None:
         return res
-    out[...] = res
+    if acc:
+        out += res
+    else:
+        out[...] = res
     return out
 
 

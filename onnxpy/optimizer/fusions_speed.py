@@ -10,6 +10,10 @@
 * GemmSumFusion (level 99): Add of two Gemms (alpha = beta = 1, no transA, the same transB, constant 2-D float32
   weights and 1-D biases of one length), each read only by the Add (an LSTM cell exported as primitives) becomes
   ai.onnxpy.GemmSum: one GEMM of the concatenated inputs with the weights stacked.
+* ConvResidualFusion (level 99): Add / Sum of a Conv's output (constant 4-D float32 filter, no activation, read only
+  by the Add) and another float32 value, optionally followed by a Relu (a residual connection: ResNet's, ShuffleNet's,
+  MobileNet's) becomes ai.onnxpy.ConvAdd, whose plan-time form accumulates the convolution straight into the residual
+  when it dies there (BLAS beta = 1): the add costs no pass of its own.
 """
 
 from __future__ import annotations
@@ -188,6 +192,54 @@ class GemmSumFusion(SweepPass):
         return True
 
 
-SPEED_PASSES = [ConvActivationFusion(), PadConvFusion(), GemmSumFusion()]
+def _plain_conv(n, g):
+    """Whether ``n`` is a Conv (or a FusedConv without activation or Z) with a constant 4-D float32 filter and a
+    constant or absent bias."""
+    if not (_is(n, "Conv") or n is not None and n.op_type == "FusedConv" and n.domain == MS
+            and n.attrs.get("activation") in (None, "", b"")):
+        return False
+    ins = n.inputs
+    if len(n.outputs) != 1 or not 2 <= len(ins) <= 3 or not ins[0]:
+        return False
+    w = g.initializers.get(ins[1])
+    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype != np.float32:
+        return False
+    return len(ins) < 3 or not ins[2] or isinstance(g.initializers.get(ins[2]), np.ndarray)
 
-__all__ = ["SPEED_PASSES", "ConvActivationFusion", "GemmSumFusion", "PadConvFusion"]
+
+class ConvResidualFusion(SweepPass):
+    name = "ConvResidualFusion"
+    level = 99
+    anchors = ("Add", "Sum")
+
+    def begin(self, g, ctx):
+        return elem_types(g)
+
+    def rewrite(self, add, m, g, ctx):
+        types = m.sweep
+        if len(add.inputs) != 2 or len(add.outputs) != 1 or add.inputs[0] == add.inputs[1] or not all(add.inputs):
+            return False
+        for y, z in (add.inputs, add.inputs[::-1]):
+            conv = m.producer(y)
+            if _plain_conv(conv, g) and m.single_use(y) and types.get(y) == _FLOAT and types.get(z) == _FLOAT:
+                break
+        else:
+            return False
+        last, outs, act = add, list(add.outputs), ""
+        nxt = m.cons.get(add.outputs[0], [])
+        if len(nxt) == 1 and _is(nxt[0], "Relu") and len(nxt[0].outputs) == 1 and m.single_use(add.outputs[0]):
+            last, outs, act = nxt[0], list(nxt[0].outputs), "Relu"
+        attrs = {k: v for k, v in conv.attrs.items() if k not in ("activation", "activation_params")}
+        attrs["activation"] = act
+        ins = list(conv.inputs) + [""] * (3 - len(conv.inputs))
+        fused = Node("ConvAdd", "ai.onnxpy", ins + [z], outs, attrs, ctx.fresh((conv.name or "conv") + "_residual"))
+        g.nodes[g.nodes.index(last)] = fused
+        g.nodes.remove(conv)
+        if last is not add:
+            g.nodes.remove(add)
+        return True
+
+
+SPEED_PASSES = [ConvActivationFusion(), PadConvFusion(), GemmSumFusion(), ConvResidualFusion()]
+
+__all__ = ["SPEED_PASSES", "ConvActivationFusion", "ConvResidualFusion", "GemmSumFusion", "PadConvFusion"]
