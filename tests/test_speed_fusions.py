@@ -535,6 +535,20 @@ def test_conv_residual_fusion_keeps_visible_values():
     assert "ConvAdd" not in _fused_ops(s)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    # a constant addend after a constant scale (PP-OCRv4 det's MobileOne blocks: conv * w0 + w1, the basic level
+    # folds the scale first) is no residual: no ConvAdd, the addend ends up in the bias
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "W"),
+             numpy_helper.from_array(np.array([3.0], np.float32), "three")]
+    inits.append(numpy_helper.from_array(np.array([0.7], np.float32), "w0"))
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["w0", "c"], ["n"]),
+             helper.make_node("Add", ["n", "three"], ["s"]), helper.make_node("HardSigmoid", ["s"], ["h"]),
+             helper.make_node("Mul", ["s", "h"], ["y"])]
+    vi = helper.make_tensor_value_info
+    model = _model(nodes, [vi("x", TensorProto.FLOAT, (1, 8, 12, 12))], [vi("y", TensorProto.FLOAT, None)], inits)
+    s, got, want = _both(model, {"x": feeds["x"][:, :8, :12, :12].copy()})
+    assert "ConvAdd" not in _fused_ops(s) and "Add" not in _fused_ops(s)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
     # float64 convolutions and disabled_optimizers: no fusion
     feeds64 = {k: v.astype(np.float64) for k, v in feeds.items()}
     s = onnxpy.InferenceSession(_residual_model(shape, (256, 64, 1, 1), (1, 256, 56, 56), dtype=np.float64))

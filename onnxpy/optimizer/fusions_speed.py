@@ -11,9 +11,9 @@
   weights and 1-D biases of one length), each read only by the Add (an LSTM cell exported as primitives) becomes
   ai.onnxpy.GemmSum: one GEMM of the concatenated inputs with the weights stacked.
 * ConvResidualFusion (level 99): Add / Sum of a Conv's output (constant 4-D float32 filter, no activation, read only
-  by the Add) and another float32 value, optionally followed by a Relu (a residual connection: ResNet's, ShuffleNet's,
-  MobileNet's) becomes ai.onnxpy.ConvAdd, whose plan-time form accumulates the convolution straight into the residual
-  when it dies there (BLAS beta = 1): the add costs no pass of its own.
+  by the Add) and another, non-constant float32 value, optionally followed by a Relu (a residual connection: ResNet's,
+  ShuffleNet's, MobileNet's) becomes ai.onnxpy.ConvAdd, whose plan-time form accumulates the convolution straight into
+  the residual when it dies there (BLAS beta = 1): the add costs no pass of its own.
 """
 
 from __future__ import annotations
@@ -221,7 +221,10 @@ class ConvResidualFusion(SweepPass):
             return False
         for y, z in (add.inputs, add.inputs[::-1]):
             conv = m.producer(y)
-            if _plain_conv(conv, g) and m.single_use(y) and types.get(y) == _FLOAT and types.get(z) == _FLOAT:
+            # a constant z (x + 3 of a hard-swish) is no residual: it is never handed over, and left alone the
+            # basic level's Conv+Add folding puts it into the bias
+            if (_plain_conv(conv, g) and m.single_use(y) and types.get(y) == _FLOAT and types.get(z) == _FLOAT
+                    and z not in g.initializers):
                 break
         else:
             return False
