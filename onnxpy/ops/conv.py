@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..limits import check_alloc
 from ._common import F32 as _F32
@@ -50,6 +51,12 @@ _POLY_MIN_TAPS = 16
 # Stride-1 depthwise convolutions with output planes up to this size run channels-last (measured: 544x7x7 1.8x the
 # banded GEMMs; at 14x14 the bands win).
 _DW_TINY_PLANE = 64
+# Depthwise convolutions (one filter per channel) with output planes up to this size and at least as many channels
+# as output positions (half as many when strided) run as one channels-last sum of products (``_depthwise2d_sop``):
+# its inner loop runs over the channels, so it wins where the planes are small and the channels many (measured:
+# 544x7x7 0.45x the channels-last passes, 272x14x14 0.82x and 480x14x14 0.76x the banded GEMMs, 544x14x14/2 0.39x,
+# 96x28x28/2 0.77x; 128x14x14 1.25x, 256x16x16 1.21x, 384x20x20 (5x5) 1.18x, 136x28x28 1.28x)
+_DW_SOP_MAX_PLANE = 196
 # Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input channels and twice as many output
 # channels on >= 28x28 outputs (measured on a quiet machine: 512->512 at 28x28 1.3x, 256->512 1.12x; 256->256 at 56x56
 # and anything at 14x14 break even, narrower layers are slower -- its transforms are numpy passes on one core).
@@ -530,6 +537,37 @@ def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B=None):
     if B is not None:  # crop, transpose and bias in one pass
         return np.add(res, B.reshape(C, 1, 1), out=np.empty(res.shape, dtype=dt))
     return np.ascontiguousarray(res)
+
+
+def _depthwise2d_sop(x, w, B, pb, pe, strides, dilations, out_shape, wkey=(None, None), out=None, acc=False):
+    """2-D depthwise convolution (one filter per channel, M == C) as one channels-last sum of products.
+
+    The padded input is laid out (N, Hp, Wp, C) and viewed (no copy) as its (N, Ho, Wo, KH, KW, C) windows; numpy's
+    einsum then sums the taps' products against the (KH, KW, C) filter with the contiguous channel axis innermost:
+    one C-long multiply-add loop per output position and tap, no temporaries.  The result gets the bias and is
+    transposed back to channels-first (into ``out`` when given; added to it with ``acc``)."""
+    N, C, H, W = x.shape
+    KH, KW = w.shape[2:]
+    Ho, Wo = out_shape
+    dt = x.dtype
+    xp = np.zeros((N, H + pb[0] + pe[0], W + pb[1] + pe[1], C), dtype=dt)
+    xp[:, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x.transpose(0, 2, 3, 1)
+    wt = _derived(("dw_sop", w.dtype.str), wkey[:1],
+                  lambda: np.ascontiguousarray(w.reshape(C, KH, KW).transpose(1, 2, 0).astype(dt, copy=False)))
+    s0, s1, s2, s3 = xp.strides
+    win = as_strided(xp, (N, Ho, Wo, KH, KW, C),
+                     (s0, s1 * strides[0], s2 * strides[1], s1 * dilations[0], s2 * dilations[1], s3), writeable=False)
+    res = np.einsum("nhwijc,ijc->nhwc", win, wt, out=np.empty((N, Ho, Wo, C), dtype=dt))
+    if B is not None:  # along the contiguous channel axis (a bias add in the transposing pass costs 2x the copy)
+        res += B
+    res = res.transpose(0, 3, 1, 2)
+    if out is None:
+        return np.ascontiguousarray(res)
+    if acc:
+        out += res
+    else:
+        out[...] = res
+    return out
 
 
 def _band_filters(w, B, group, th, sh, dh, order, thp1):
@@ -1054,8 +1092,12 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
         return _conv1x1(x, w, B, group, wkey, out, acc)
     if Cg == 1 and group > 1:
+        P = out_shape[0] * out_shape[1]
+        if (M == group and P <= _DW_SOP_MAX_PLANE and C * (1 if strides[0] == strides[1] == 1 else 2) >= P
+                and out_shape[0] >= KH and out_shape[1] >= KW):  # (not where whole tap rows read the padding)
+            return _depthwise2d_sop(x, w, B, pb, pe, strides, dilations, out_shape, wkey, out, acc)
         if (M == group and group >= _DW_NHWC_MIN_C and strides[0] == 1 and strides[1] == 1
-                and out_shape[0] * out_shape[1] <= _DW_TINY_PLANE):
+                and P <= _DW_TINY_PLANE):
             # tiny planes (7x7): per-channel band GEMMs are call overhead; channels-last row-vector passes win
             return _into(_depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B), out, acc)
         th = _band_plan(x.shape, w.shape, pb, pe, strides, dilations, out_shape)

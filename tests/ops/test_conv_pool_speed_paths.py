@@ -4,6 +4,7 @@ and against onnxpy's general N-D path."""
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import numpy as np
@@ -405,3 +406,63 @@ def test_maxpool_w3s2_vs_general(xs, attrs, dtype, monkeypatch):
     monkeypatch.setattr(pool_mod, "_MAXPOOL_W3S2", True)
     monkeypatch.setattr(pool_mod, "_MAXPOOL_BLOCK_BYTES", 1)  # one channel per block
     np.testing.assert_array_equal(pool_mod.max_pool(x, **attrs), want)
+
+
+# ------------------------------------------------- channels-last sum of products (small planes, many channels)
+SOP_CASES = [
+    # (x shape, kernel, attrs): output planes <= 196 with at least as many channels (half as many when strided)
+    ((1, 200, 14, 14), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 64, 7, 7), (3, 3), {"pads": [1, 1, 1, 1]}),  # batch 2
+    ((1, 120, 14, 14), (5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 100, 28, 28), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # 196 outputs, strided
+    ((1, 72, 9, 8), (3, 2), {"pads": [2, 0, 1, 1], "dilations": [2, 1]}),  # asymmetric pads, dilation
+    ((1, 80, 11, 13), (3, 3), {"strides": [1, 2]}),  # no pads, one strided axis
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("xs,ks,attrs", SOP_CASES)
+def test_depthwise_sum_of_products(xs, ks, attrs, bias, dtype, monkeypatch):
+    calls = []
+    orig = conv_mod._depthwise2d_sop
+    monkeypatch.setattr(conv_mod, "_depthwise2d_sop", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    C = xs[1]
+    x, w = rand(*xs, dtype=dtype), _frozen(rand(C, 1, *ks, dtype=dtype))
+    b = _frozen(rand(C, dtype=dtype)) if bias else None
+    pads, st, dl = attrs.get("pads", [0, 0, 0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    want = _naive_depthwise(x, w, b, pads, st, dl)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for _ in range(2):  # second call: the cached channels-last filter
+        got = conv_mod.conv(x, w, b, group=C, **attrs)
+        assert got.dtype == dtype and got.flags.c_contiguous and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert calls
+    # into a given output (a concatenation's channel range) and accumulated into one (a residual)
+    fast = functools.partial(conv_mod._conv2d_fast, x, w, b, pads[:2], pads[2:], st, dl, C, (w, b))
+    out = np.full(want.shape, 7, dtype)
+    assert fast(out=out) is out
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+    z = rand(*want.shape, dtype=dtype)
+    res = fast(out=z.copy(), acc=True)
+    np.testing.assert_allclose(res, want + z, rtol=tol, atol=tol)
+    _check("Conv", [x.astype(np.float32), Init(w.astype(np.float32))] + ([Init(b.astype(np.float32))] if bias else []),
+           dict(attrs, group=C), opset=11)
+
+
+def test_depthwise_sum_of_products_declines():
+    """Planes larger than the channel count, channel multipliers and kernels taller than the output take the other
+    paths (where they are faster)."""
+    for xs, m, ks, attrs in [((1, 100, 14, 14), 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+                             ((1, 200, 14, 14), 2, (3, 3), {"pads": [1, 1, 1, 1]}),
+                             ((1, 200, 2, 96), 1, (5, 5), {"pads": [2, 2, 2, 2]})]:
+        C = xs[1]
+        x, w = rand(*xs), rand(C * m, 1, *ks)
+        orig = conv_mod._depthwise2d_sop
+        try:
+            conv_mod._depthwise2d_sop = None  # would raise if called
+            got = conv_mod.conv(x, w, None, group=C, **attrs)
+        finally:
+            conv_mod._depthwise2d_sop = orig
+        np.testing.assert_allclose(got, _naive_depthwise(x, w, None, attrs["pads"], [1, 1], [1, 1]), rtol=1e-4,
+                                   atol=1e-4)
