@@ -586,3 +586,13 @@ def test_sibling_matmul_bias_originals_become_views():
     for i, b in enumerate(before):
         now = model.graph.initializers[f"W{i}"]
         assert np.array_equal(now, b) and np.shares_memory(now, merged[0]) and not np.shares_memory(b, merged[0])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (15, 7), (16, 33), (37, 50), (129, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fortran_copy_any_shape(shape, dtype):
+    # the level-99 weight layout: same values, Fortran order, for row counts that are no multiple of the block
+    a = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    f = opt._fortran_copy(a)
+    assert f.flags.f_contiguous and f.dtype == a.dtype and f.shape == a.shape
+    np.testing.assert_array_equal(f, a)

@@ -320,6 +320,82 @@ def test_external_data_every_plain_type_and_offset(tmp_path, dtype):
         np.testing.assert_array_equal(g_, v)
 
 
+def _large_external_model(tmp_path, shapes, location="w.bin"):
+    """MatMul chain over external float32 weights of the given shapes, saved to ``tmp_path`` (one data file, the
+    tensors at the offsets onnx writes: not page-aligned after the first)."""
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(ws)]
+    nodes, x = [], "X"
+    for i in range(len(ws)):
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"]))
+        x = f"y{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, shapes[0][0]])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+                    size_threshold=0)
+    return str(path), ws
+
+
+def test_external_data_large_tensors_memory_mapped(tmp_path, monkeypatch):
+    import mmap
+
+    from onnxpy.ir.load import load_model
+
+    # a small tensor first, so the large ones sit at offsets that are not page-aligned
+    path, ws = _large_external_model(tmp_path, [(3, 600), (600, 1000), (1000, 300)])
+    m = load_model(path)
+    for i, w in enumerate(ws):
+        a = m.graph.initializers[f"w{i}"]
+        np.testing.assert_array_equal(a, w)
+        mapped = w.nbytes >= 1 << 20  # (small tensors are read)
+        on_file = isinstance(a.base, memoryview) and isinstance(a.base.obj, mmap.mmap)
+        assert on_file == mapped and a.flags.writeable != mapped
+    # every optimization level (level 99 re-lays the weights out from the mapping) matches onnxruntime
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    want = ortref.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        np.testing.assert_allclose(ort.InferenceSession(path, so).run(None, {"X": x})[0], want, rtol=1e-4, atol=1e-4)
+    # turned off: read into memory the arrays own
+    monkeypatch.setenv("ONNXPY_MMAP_EXTERNAL", "0")
+    m = load_model(path)
+    for i, w in enumerate(ws):
+        a = m.graph.initializers[f"w{i}"]
+        np.testing.assert_array_equal(a, w)
+        assert a.base is None
+
+
+def test_external_data_misaligned_or_short_tensors_are_read(tmp_path):
+    from onnxpy.ir.load import load_model
+
+    # an offset that is no multiple of the element size can't be viewed in place: read instead
+    w = np.arange(300_000, dtype=np.float32).reshape(600, 500)
+    (tmp_path / "w.bin").write_bytes(b"\0" * 6 + w.tobytes())
+    t = numpy_helper.from_array(np.zeros((1,), np.float32), "w0")
+    t.ClearField("raw_data")
+    t.dims[:] = list(w.shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "w.bin"), ("offset", "6"), ("length", str(w.nbytes))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph([helper.make_node("Identity", ["w0"], ["Y"])], "g", [],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [t])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    a = load_model(str(path)).graph.initializers["w0"]
+    assert a.base is None
+    np.testing.assert_array_equal(a, w)
+    np.testing.assert_array_equal(ort.InferenceSession(str(path)).run(None, {})[0], w)
+    # a data file shorter than the tensor is an error naming it, not a mapping past the end of the file
+    (tmp_path / "w.bin").write_bytes(b"\0" * 6 + w.tobytes()[:-4096])
+    with pytest.raises(Fail, match="w0"):
+        ort.InferenceSession(str(path))
+
+
 def test_modelproto_accepted(add_model_bytes, ones23):
     s = ort.InferenceSession(onnx.load_from_string(add_model_bytes))
     assert s.run(None, {"X": ones23, "Y": ones23})[0].sum() == 12
