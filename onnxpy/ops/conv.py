@@ -57,11 +57,16 @@ _DW_TINY_PLANE = 64
 # 544x7x7 0.45x the channels-last passes, 272x14x14 0.82x and 480x14x14 0.76x the banded GEMMs, 544x14x14/2 0.39x,
 # 96x28x28/2 0.77x; 128x14x14 1.25x, 256x16x16 1.21x, 384x20x20 (5x5) 1.18x, 136x28x28 1.28x)
 _DW_SOP_MAX_PLANE = 196
-# Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input channels and twice as many output
-# channels on >= 28x28 outputs (measured on a quiet machine: 512->512 at 28x28 1.3x, 256->512 1.12x; 256->256 at 56x56
-# and anything at 14x14 break even, narrower layers are slower -- its transforms are numpy passes on one core).
+# Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input and output channels on >= 14x14
+# outputs.  Measured per layer, interleaved with the other paths, on the 2026-12-04 machine (AVX-512 EPYC):
+# 256->256 at 14x14 0.83x, 512->512 at 14x14 0.83x, 192->192 at 14x14 0.92x, 256->256 at 28x28 0.74x, at 56x56
+# 0.87x, 512->512 at 28x28 0.68x; 160 channels break even, 128 and fewer and 7x7 outputs lose (512->512 at 7x7
+# 1.18x) -- its transforms are numpy passes on one core.  (An earlier machine measured the 14x14 and 256->256 at
+# 56x56 layers even and kept to >= 256 -> 512 channels on >= 28x28.)
 _WINOGRAD = True
-_WINOGRAD_MIN_C = 256
+_WINOGRAD_MIN_C = 192
+_WINOGRAD_MIN_M = 192
+_WINOGRAD_MIN_P = 196
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
 # Per-tap BLAS convolution (``_conv2d_direct``) for float32 layers with at least this many input channels and
@@ -1112,8 +1117,8 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
         return None
     if (_WINOGRAD and group == 1 and KH == 3 and KW == 3 and strides[0] == strides[1] == 1
             and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
-            and C >= _WINOGRAD_MIN_C and M >= 2 * _WINOGRAD_MIN_C and out_shape[0] * out_shape[1] >= 784):
-        # wide 3x3 layers (VGG's 256/512-channel stages): Winograd F(2x2,3x3) does 2.25x fewer multiplications
+            and C >= _WINOGRAD_MIN_C and M >= _WINOGRAD_MIN_M and out_shape[0] * out_shape[1] >= _WINOGRAD_MIN_P):
+        # wide 3x3 layers (VGG's, ResNet's 256/512-channel stages): Winograd F(2x2,3x3), 2.25x fewer multiplications
         return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out, acc)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
             and _blas.available()):

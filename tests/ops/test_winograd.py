@@ -168,3 +168,23 @@ def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeyp
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     assert calls, "the 256->512 3x3 layer should run through Winograd"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("C, M, H, expected", [(192, 192, 14, True), (256, 256, 56, True), (256, 128, 14, False),
+                                               (128, 128, 28, False), (512, 512, 7, False)])
+def test_conv_winograd_dispatch_rule(monkeypatch, C, M, H, expected):
+    # 3x3 stride-1 layers with >= 192 input and output channels on >= 14x14 outputs take Winograd; narrower layers
+    # and 7x7 outputs keep the GEMM paths; the result is the same convolution either way
+    from onnxpy.ops import conv as conv_mod
+
+    calls = []
+    real = conv_mod.winograd_conv2d
+    monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, C, H, H)).astype(np.float32)
+    w = (rng.standard_normal((M, C, 3, 3)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(M).astype(np.float32)
+    got = conv_mod.conv(x, w, b, pads=[1, 1, 1, 1])
+    assert bool(calls) == expected
+    want = conv_mod.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
