@@ -627,3 +627,94 @@ def test_conv_fast_paths_accumulate(x_shape, w_shape, pads, strides, group, dtyp
                                 acc=True)
     np.testing.assert_allclose(view, want + z, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(big[:, z.shape[1]:], z)
+
+
+# --- ConvShuffleFusion: grouped 1x1 Conv [-> activation] -> channel shuffle as ai.onnxpy.ConvShuffle ------------
+def _shuffle_model(C, M, G, H, W, *, act=None, bias=True, split=None, shape1=None, shape2=None, k=1,
+                   conv_output=False, dtype=np.float32):
+    """Conv(group=G) [-> act] -> Reshape(shape1) -> Transpose [0, 2, 1, 3, 4] -> Reshape(shape2), ShuffleNet's
+    channel shuffle; ``split`` groups the shuffle over (default: the conv's G)."""
+    rng = np.random.default_rng(11)
+    tp = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    s = split or G
+    shape1 = shape1 if shape1 is not None else [-1, s, M // s, H, W]
+    shape2 = shape2 if shape2 is not None else [-1, M, H, W]
+    inits = [numpy_helper.from_array(rng.standard_normal((M, C // G, k, k)).astype(dtype), "W"),
+             numpy_helper.from_array(np.array(shape1, np.int64), "s1"),
+             numpy_helper.from_array(np.array(shape2, np.int64), "s2")]
+    cin = ["x", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(M).astype(dtype), "B"))
+        cin.append("B")
+    nodes = [helper.make_node("Conv", cin, ["c"], group=G, pads=[k // 2] * 4)]
+    y = "c"
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["a"]))
+        y = "a"
+    nodes += [helper.make_node("Reshape", [y, "s1"], ["r1"]), helper.make_node("Transpose", ["r1"], ["t"],
+                                                                                perm=[0, 2, 1, 3, 4]),
+              helper.make_node("Reshape", ["t", "s2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", tp, None)]
+    if conv_output:
+        outs.append(helper.make_tensor_value_info(y, tp, None))
+    return _model(nodes, [helper.make_tensor_value_info("x", tp, [None, C, H, W])], outs, inits)
+
+
+@pytest.mark.parametrize("C,M,G,H,W", [(24, 112, 4, 6, 5), (12, 12, 3, 7, 7), (8, 16, 2, 1, 9)])
+@pytest.mark.parametrize("act", [None, "Relu", "Sigmoid"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_shuffle_fusion_matches_onnxruntime(C, M, G, H, W, act, bias, monkeypatch):
+    import onnxpy.ops.fused_small as fs
+
+    generic = []
+    orig = fs.conv_shuffle
+    monkeypatch.setattr(fs, "conv_shuffle", lambda *a, **k: generic.append(1) or orig(*a, **k))
+    model = _shuffle_model(C, M, G, H, W, act=act, bias=bias)
+    rng = np.random.default_rng(12)
+    for n in (1, 2, 1):  # (the fit of the reshapes is remembered per input shape)
+        x = rng.standard_normal((n, C, H, W)).astype(np.float32)
+        s, got, want = _both(model, {"x": x})
+        assert _fused_ops(s) == ["ConvShuffle"]
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        so = onnxpy.SessionOptions()
+        so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        np.testing.assert_array_equal(got[0], onnxpy.InferenceSession(model, so).run(None, {"x": x})[0])
+    assert not generic  # the plan-time GEMMs into the shuffled channels ran every time
+
+
+def test_conv_shuffle_float64_and_fixed_shapes():
+    rng = np.random.default_rng(13)
+    model = _shuffle_model(8, 8, 4, 3, 3, shape1=[2, 4, 2, 3, 3], shape2=[2, 8, 3, 3], dtype=np.float64)
+    x = rng.standard_normal((2, 8, 3, 3))
+    s = onnxpy.InferenceSession(model)  # (onnxruntime has no float64 Conv: the unoptimized graph is the reference)
+    assert _fused_ops(s) == ["ConvShuffle"]
+    so = onnxpy.SessionOptions()
+    so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = onnxpy.InferenceSession(model, so).run(None, {"x": x})
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], want[0], rtol=1e-12, atol=1e-12)
+    # another batch than the constants name: the reshapes fail, naming the fused node, as they fail unfused
+    with pytest.raises(onnxpy.capi.onnxruntime_pybind11_state.Fail, match="ConvShuffle.*Reshape|Reshape.*ConvShuffle"):
+        s.run(None, {"x": x[:1]})
+
+
+def test_conv_shuffle_fusion_declines():
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 4, 4)).astype(np.float32)
+    for kw in ({"split": 2}, {"k": 3}, {"conv_output": True}, {"shape1": [1, 4, 2, 16, 1]}):
+        # a shuffle over other groups than the conv's, a 3x3 conv, a visible conv output: not fused; a split of
+        # the positions instead of the channels is fused (the constants name the groups) and runs the three ops
+        model = _shuffle_model(8, 8, 4, 4, 4, act="Relu", **kw)
+        s, got, want = _both(model, {"x": x})
+        assert ("ConvShuffle" in _fused_ops(s)) == ("shape1" in kw)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("optimization.disable_specified_optimizers", "ConvShuffleFusion")
+    assert "ConvShuffle" not in _fused_ops(onnxpy.InferenceSession(_shuffle_model(8, 8, 4, 4, 4), so))
+    # the generic kernel is the ops in sequence
+    from onnxpy.ops.fused_small import conv_shuffle
+
+    w = rng.standard_normal((8, 2, 1, 1)).astype(np.float32)
+    y = conv_shuffle(x, w, None, shape1=[1, 4, 2, 4, 4], shape2=[1, 8, 4, 4], group=4, activation="Relu")
+    ref = np.maximum(conv(x, w, None, group=4), 0).reshape(1, 4, 2, 4, 4).transpose(0, 2, 1, 3, 4).reshape(1, 8, 4, 4)
+    np.testing.assert_array_equal(y, ref)

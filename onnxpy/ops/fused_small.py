@@ -8,17 +8,25 @@
   Pad kernel itself applied to an array of positions, so every mode (reflect, edge, wrap, constant zeros, negative
   pads) means exactly what the Pad op means.
 * GemmSum: Gemm + Gemm -> Add (an LSTM cell exported as primitives) as one GEMM of the concatenated inputs.
+* ConvShuffle: a grouped convolution [with FusedConv's activation] -> Reshape -> Transpose -> Reshape, ShuffleNet's
+  channel shuffle (written by ConvShuffleFusion).  The generic kernel runs the ops in sequence; with a constant
+  1x1 filter the plan-time form has each group's GEMM write its output channels straight to their shuffled places
+  (every G-th channel: a strided matrix BLAS writes as is), so the shuffle's copy and its three nodes are gone.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from ._shape_util import NOT_CONST
+from .contrib_fused import _fused_conv_tail, _params_short, fused_conv
 from .conv import conv as _conv
 from .linalg import _dot2
 from .pad import pad_18 as _pad
 from .registry import kernel
-from .tensor import _unsqueeze
+from .tensor import _reshape, _reshape_target, _unsqueeze
 
 DOMAIN = "ai.onnxpy"
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -168,3 +176,100 @@ def _gemm_sum_specialize(consts, kwargs):
 
 
 gemm_sum.specialize = _gemm_sum_specialize
+
+
+# ----------------------------------------------------------------------------------------------------- ConvShuffle
+_SHUFFLE_PERM = (0, 2, 1, 3, 4)
+
+
+@kernel("ConvShuffle", domain=DOMAIN)
+def conv_shuffle(X, W, B=None, *, shape1=(), shape2=(), activation="", activation_params=None, auto_pad="NOTSET",
+                 dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """Reshape(Transpose(Reshape(Y, shape1), perm=[0, 2, 1, 3, 4]), shape2) with Y = Conv(X, W, B), or FusedConv's
+    activation(Conv(X, W, B)) when ``activation`` is set (Reshape without allowzero)."""
+    kw = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+              strides=strides)
+    if activation:
+        y = fused_conv(X, W, B, activation=activation, activation_params=activation_params, **kw)
+    else:
+        y = _conv(X, W, B, **kw)
+    y = _reshape(y, list(shape1), 0)
+    if y.ndim != 5:
+        raise ValueError(f"ConvShuffle: shape1 {list(shape1)} must have 5 dimensions to be transposed by "
+                         f"{list(_SHUFFLE_PERM)}")
+    return _reshape(y.transpose(_SHUFFLE_PERM), list(shape2), 0)
+
+
+def _shuffle_fits(N, M, G, H, W, shape1, shape2) -> bool:
+    """Whether Reshape(shape1) of an (N, M, H, W) output splits its channels into (G, M // G) and Reshape(shape2)
+    of the transposed (N, M // G, G, H, W) merges them back (0 copying a dimension, -1 inferred, as Reshape)."""
+    n = M // G
+    shaped = lambda dims: np.broadcast_to(np.empty((), np.uint8), dims)  # noqa: E731  (shape only, no memory)
+    try:
+        return (tuple(_reshape_target(shaped((N, M, H, W)), shape1, 0)) == (N, G, n, H, W)
+                and tuple(_reshape_target(shaped((N, n, G, H, W)), shape2, 0)) == (N, M, H, W))
+    except ValueError:
+        return False
+
+
+def _conv_shuffle_specialize(consts, kwargs):
+    """A constant 1x1 grouped filter (stride 1, no padding) and bias: each group's GEMM writes its output rows to
+    channels i, i + G, i + 2G, ... of the result (one strided matrix per group, which BLAS writes as is), the bias
+    is added in shuffled order and the activation runs in place.  Other input shapes (or ones the reshapes do not
+    split into the conv's groups) run the generic kernel."""
+    if len(consts) < 2:
+        return None
+    W = consts[1]
+    B = consts[2] if len(consts) > 2 else None
+    if (type(W) is not np.ndarray or W.ndim != 4 or W.dtype not in (np.float32, np.float64) or W.shape[2:] != (1, 1)
+            or B is NOT_CONST or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype
+                                                    or B.size != W.shape[0])):
+        return None
+    G = int(kwargs.get("group", 1))
+    M, Cg = W.shape[:2]
+    auto_pad = kwargs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    act = kwargs.get("activation", "") or ""
+    act = act.decode() if isinstance(act, bytes) else act
+    params = list(kwargs.get("activation_params") or [])
+    if (G < 2 or M % G or auto_pad not in ("NOTSET", "VALID") or any(kwargs.get("pads") or ())
+            or any(int(v) != 1 for v in kwargs.get("strides") or ()) or any(int(v) != 1 for v in
+                                                                            kwargs.get("dilations") or ())
+            or list(kwargs.get("kernel_shape") or (1, 1)) != [1, 1] or act and _params_short(act, params)):
+        return None
+    shape1, shape2 = [int(v) for v in kwargs.get("shape1", ())], [int(v) for v in kwargs.get("shape2", ())]
+    n = M // G
+    w3 = np.ascontiguousarray(W.reshape(G, n, Cg))
+    # shuffled channel j * G + i holds the conv's channel i * n + j
+    bias = None if B is None else np.ascontiguousarray(B.reshape(G, n).T).reshape(M, 1)
+    zero = W.dtype.type(0)
+    generic = functools.partial(conv_shuffle, **kwargs)
+    fits: dict = {}
+
+    def run(X, *rest):
+        if (type(X) is not np.ndarray or X.dtype != W.dtype or X.ndim != 4 or X.shape[1] != Cg * G or X.shape[0] == 0
+                or rest[0] is not W or len(rest) > 1 and rest[1] is not B):
+            return generic(X, *rest)
+        N, _, H, Wd = X.shape
+        ok = fits.get(X.shape)
+        if ok is None:
+            ok = _shuffle_fits(N, M, G, H, Wd, shape1, shape2)
+            if len(fits) < _PLANS_MAX:
+                fits[X.shape] = ok
+        if not ok:
+            return generic(X, *rest)
+        P = H * Wd
+        out = np.empty((N, n, G, P), dtype=W.dtype)
+        np.matmul(w3, X.reshape(N, G, Cg, P), out=out.transpose(0, 2, 1, 3))
+        y = out.reshape(N, M, P)
+        if bias is not None:
+            y += bias
+        y = y.reshape(N, M, H, Wd)
+        if act == "Relu":
+            return np.maximum(y, zero, out=y)
+        return _fused_conv_tail(y, None, y.dtype, act, params) if act else y
+
+    return run
+
+
+conv_shuffle.specialize = _conv_shuffle_specialize

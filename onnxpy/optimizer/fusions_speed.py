@@ -14,6 +14,10 @@
   by the Add) and another, non-constant float32 value, optionally followed by a Relu (a residual connection: ResNet's,
   ShuffleNet's, MobileNet's) becomes ai.onnxpy.ConvAdd, whose plan-time form accumulates the convolution straight into
   the residual when it dies there (BLAS beta = 1): the add costs no pass of its own.
+* ConvShuffleFusion (level 99): a grouped 1x1 Conv / FusedConv (constant float filter, stride 1, no padding) ->
+  Reshape (N, G, M/G, H, W) -> Transpose [0, 2, 1, 3, 4] -> Reshape (N, M, H, W), each read only by the next (a
+  ShuffleNet channel shuffle over the conv's own G groups) becomes ai.onnxpy.ConvShuffle, whose plan-time form has
+  each group's GEMM write straight to the shuffled channels.
 """
 
 from __future__ import annotations
@@ -243,6 +247,66 @@ class ConvResidualFusion(SweepPass):
         return True
 
 
-SPEED_PASSES = [ConvActivationFusion(), PadConvFusion(), GemmSumFusion(), ConvResidualFusion()]
+def _grouped_pointwise(n, g):
+    """(groups, output channels) of a Conv or FusedConv (no Z) with a constant 1x1 float filter, G >= 2 groups,
+    stride 1, no padding or dilation and a constant or absent bias, else None."""
+    if not (_is(n, "Conv") or n is not None and n.op_type == "FusedConv" and n.domain == MS):
+        return None
+    ins, a = n.inputs, n.attrs
+    if len(n.outputs) != 1 or not 2 <= len(ins) <= 3 or not ins[0]:
+        return None
+    w = g.initializers.get(ins[1])
+    if (not isinstance(w, np.ndarray) or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype not in (np.float32,
+                                                                                                 np.float64)
+            or len(ins) == 3 and ins[2] and not isinstance(g.initializers.get(ins[2]), np.ndarray)):
+        return None
+    G = int(a.get("group", 1))
+    pad = a.get("auto_pad", "NOTSET")
+    pad = pad.decode() if isinstance(pad, bytes) else pad
+    if (G < 2 or w.shape[0] % G or pad not in ("NOTSET", "VALID", "") or any(a.get("pads") or ())
+            or any(int(v) != 1 for v in list(a.get("strides") or ()) + list(a.get("dilations") or ()))):
+        return None
+    return G, w.shape[0]
 
-__all__ = ["SPEED_PASSES", "ConvActivationFusion", "ConvResidualFusion", "GemmSumFusion", "PadConvFusion"]
+
+class ConvShuffleFusion(SweepPass):
+    name = "ConvShuffleFusion"
+    level = 99
+    anchors = ("Reshape",)
+
+    def begin(self, g, ctx):
+        return _onnx_opset(ctx)
+
+    def rewrite(self, r2, m, g, ctx):
+        if m.sweep < 5 or len(r2.inputs) != 2 or len(r2.outputs) != 1 or int(r2.attrs.get("allowzero", 0)):
+            return False
+        t = m.producer(r2.inputs[0])
+        if (not _is(t, "Transpose") or list(t.attrs.get("perm", ())) != [0, 2, 1, 3, 4]
+                or not m.single_use(r2.inputs[0])):
+            return False
+        r1 = m.producer(t.inputs[0])
+        if (not _is(r1, "Reshape") or len(r1.inputs) != 2 or int(r1.attrs.get("allowzero", 0))
+                or not m.single_use(t.inputs[0])):
+            return False
+        conv = m.producer(r1.inputs[0])
+        gm = _grouped_pointwise(conv, g)
+        s1, s2 = _const_ints(g, r1.inputs[1]), _const_ints(g, r2.inputs[1])
+        if gm is None or not m.single_use(r1.inputs[0]) or s1 is None or s2 is None or len(s1) != 5 or len(s2) != 4:
+            return False
+        G, M = gm
+        if s1[1:3] != [G, M // G] or s2[1] not in (M, -1):  # (the channels split into the conv's own groups)
+            return False
+        attrs = dict(conv.attrs)
+        attrs.update(shape1=s1, shape2=s2)
+        fused = Node("ConvShuffle", "ai.onnxpy", list(conv.inputs), list(r2.outputs), attrs,
+                     ctx.fresh((conv.name or "conv") + "_shuffle"))
+        g.nodes[g.nodes.index(r2)] = fused
+        for n in (conv, r1, t):
+            g.nodes.remove(n)
+        return True
+
+
+SPEED_PASSES = [ConvActivationFusion(), PadConvFusion(), GemmSumFusion(), ConvResidualFusion(), ConvShuffleFusion()]
+
+__all__ = ["SPEED_PASSES", "ConvActivationFusion", "ConvResidualFusion", "ConvShuffleFusion", "GemmSumFusion",
+           "PadConvFusion"]
