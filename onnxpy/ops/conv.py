@@ -57,16 +57,19 @@ _DW_TINY_PLANE = 64
 # 544x7x7 0.45x the channels-last passes, 272x14x14 0.82x and 480x14x14 0.76x the banded GEMMs, 544x14x14/2 0.39x,
 # 96x28x28/2 0.77x; 128x14x14 1.25x, 256x16x16 1.21x, 384x20x20 (5x5) 1.18x, 136x28x28 1.28x)
 _DW_SOP_MAX_PLANE = 196
-# Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input and output channels on >= 14x14
-# outputs.  Measured per layer, interleaved with the other paths, on the 2026-12-04 machine (AVX-512 EPYC):
-# 256->256 at 14x14 0.83x, 512->512 at 14x14 0.83x, 192->192 at 14x14 0.92x, 256->256 at 28x28 0.74x, at 56x56
-# 0.87x, 512->512 at 28x28 0.68x; 160 channels break even, 128 and fewer and 7x7 outputs lose (512->512 at 7x7
-# 1.18x) -- its transforms are numpy passes on one core.  (An earlier machine measured the 14x14 and 256->256 at
-# 56x56 layers even and kept to >= 256 -> 512 channels on >= 28x28.)
+# Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input and output channels on 196 to
+# 1024 output positions (14x14 to 32x32).  Measured per layer inside the models, interleaved with the GEMM paths,
+# on the 2026-12-04 machine (AVX-512 EPYC): VGG-19's 512->512 at 28x28 0.55x, at 14x14 0.58x, 256->512 at 28x28
+# 0.71x, ResNet-50's 256->256 at 14x14 0.89x; Inception v2's 192-channel 14x14 layers even (0.92x alone).  Larger
+# planes lose inside a model (VGG-19's 256->256 at 56x56 1.2x, 0.87x alone: the transformed tiles no longer stay
+# in cache), as do 7x7 outputs (512->512 1.18x alone) and narrower layers (128 channels 1.0-1.7x) -- the transforms
+# are numpy passes on one core.  VGG-19 0.86x with the rule, 0.935x against the rule without its upper bound.
+# (An earlier machine measured the 14x14 layers even and kept to >= 256 -> 512 channels on >= 28x28.)
 _WINOGRAD = True
 _WINOGRAD_MIN_C = 192
 _WINOGRAD_MIN_M = 192
 _WINOGRAD_MIN_P = 196
+_WINOGRAD_MAX_P = 1024  # (32x32; 56x56 measured slower)
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
 # Per-tap BLAS convolution (``_conv2d_direct``) for float32 layers with at least this many input channels and
@@ -1117,7 +1120,8 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
         return None
     if (_WINOGRAD and group == 1 and KH == 3 and KW == 3 and strides[0] == strides[1] == 1
             and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
-            and C >= _WINOGRAD_MIN_C and M >= _WINOGRAD_MIN_M and out_shape[0] * out_shape[1] >= _WINOGRAD_MIN_P):
+            and C >= _WINOGRAD_MIN_C and M >= _WINOGRAD_MIN_M
+            and _WINOGRAD_MIN_P <= out_shape[0] * out_shape[1] <= _WINOGRAD_MAX_P):
         # wide 3x3 layers (VGG's, ResNet's 256/512-channel stages): Winograd F(2x2,3x3), 2.25x fewer multiplications
         return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out, acc)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)

@@ -170,11 +170,11 @@ def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeyp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("C, M, H, expected", [(192, 192, 14, True), (256, 256, 56, True), (256, 128, 14, False),
-                                               (128, 128, 28, False), (512, 512, 7, False)])
+@pytest.mark.parametrize("C, M, H, expected", [(192, 192, 14, True), (256, 512, 28, True), (256, 256, 56, False),
+                                               (256, 128, 14, False), (128, 128, 28, False), (512, 512, 7, False)])
 def test_conv_winograd_dispatch_rule(monkeypatch, C, M, H, expected):
-    # 3x3 stride-1 layers with >= 192 input and output channels on >= 14x14 outputs take Winograd; narrower layers
-    # and 7x7 outputs keep the GEMM paths; the result is the same convolution either way
+    # 3x3 stride-1 layers with >= 192 input and output channels on 14x14 to 28x28 outputs take Winograd; narrower
+    # layers, 7x7 and 56x56 outputs keep the GEMM paths; the result is the same convolution either way
     from onnxpy.ops import conv as conv_mod
 
     calls = []
