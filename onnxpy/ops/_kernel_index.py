@@ -23,7 +23,7 @@ FILES = {
     'contrib_text.py': 3801658225,
     'contrib_transformer.py': 2666027384,
     'control_flow.py': 569346420,
-    'conv.py': 302459774,
+    'conv.py': 4150981246,
     'detection.py': 798962701,
     'elementwise.py': 1658235280,
     'fused_small.py': 1158141639,
