@@ -196,19 +196,26 @@ class GemmSumFusion(SweepPass):
         return True
 
 
+def _const_filter(n, g, activation_ok):
+    """The constant 4-D float32/float64 filter of a Conv (or a FusedConv without Z; with an activation only when
+    ``activation_ok``) whose bias is constant or absent, else None."""
+    if not (_is(n, "Conv") or n is not None and n.op_type == "FusedConv" and n.domain == MS
+            and (activation_ok or n.attrs.get("activation") in (None, "", b""))):
+        return None
+    ins = n.inputs
+    if len(n.outputs) != 1 or not 2 <= len(ins) <= 3 or not ins[0]:
+        return None
+    w = g.initializers.get(ins[1])
+    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in (np.float32, np.float64):
+        return None
+    return w if len(ins) < 3 or not ins[2] or isinstance(g.initializers.get(ins[2]), np.ndarray) else None
+
+
 def _plain_conv(n, g):
     """Whether ``n`` is a Conv (or a FusedConv without activation or Z) with a constant 4-D float32 filter and a
     constant or absent bias."""
-    if not (_is(n, "Conv") or n is not None and n.op_type == "FusedConv" and n.domain == MS
-            and n.attrs.get("activation") in (None, "", b"")):
-        return False
-    ins = n.inputs
-    if len(n.outputs) != 1 or not 2 <= len(ins) <= 3 or not ins[0]:
-        return False
-    w = g.initializers.get(ins[1])
-    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype != np.float32:
-        return False
-    return len(ins) < 3 or not ins[2] or isinstance(g.initializers.get(ins[2]), np.ndarray)
+    w = _const_filter(n, g, False)
+    return w is not None and w.dtype == np.float32
 
 
 class ConvResidualFusion(SweepPass):
@@ -250,16 +257,10 @@ class ConvResidualFusion(SweepPass):
 def _grouped_pointwise(n, g):
     """(groups, output channels) of a Conv or FusedConv (no Z) with a constant 1x1 float filter, G >= 2 groups,
     stride 1, no padding or dilation and a constant or absent bias, else None."""
-    if not (_is(n, "Conv") or n is not None and n.op_type == "FusedConv" and n.domain == MS):
+    w = _const_filter(n, g, True)
+    if w is None or w.shape[2:] != (1, 1):
         return None
-    ins, a = n.inputs, n.attrs
-    if len(n.outputs) != 1 or not 2 <= len(ins) <= 3 or not ins[0]:
-        return None
-    w = g.initializers.get(ins[1])
-    if (not isinstance(w, np.ndarray) or w.ndim != 4 or w.shape[2:] != (1, 1) or w.dtype not in (np.float32,
-                                                                                                 np.float64)
-            or len(ins) == 3 and ins[2] and not isinstance(g.initializers.get(ins[2]), np.ndarray)):
-        return None
+    a = n.attrs
     G = int(a.get("group", 1))
     pad = a.get("auto_pad", "NOTSET")
     pad = pad.decode() if isinstance(pad, bytes) else pad
