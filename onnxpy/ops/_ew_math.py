@@ -11,6 +11,10 @@
   measured max abs error 6e-7 over [-12, 12], half that of the erf route).  17 array passes (one exp2) instead
   of 29; no cancellation in the negative tail (1 + erf is never formed); the polynomial stays above 10 for x >= 4,
   so exp(-h) vanishes and x passes through unchanged for large x, and -0.0 comes out for large negative x.
+* :func:`relu`, :func:`clamp` -- max(x, 0) and one-sided bounds through numpy's clip ufunc: numpy's float
+  maximum/minimum against a broadcast scalar run a loop ~4x slower than its clip loop (numpy 2.4 on an AVX-512 EPYC:
+  0.37 vs 0.09 ns per float32 element of a 351K-element ReLU in place, 130 vs 33 us; maximum with an array operand,
+  or add with a scalar, run at clip's rate).  NaN propagates as in maximum; max(-0.0, 0) stays -0.0.
 """
 
 from __future__ import annotations
@@ -35,6 +39,41 @@ _Q = tuple(np.float32(c) for c in (
 _ONE = np.float32(1.0)
 # log of the largest finite float32 / float64 (by itemsize): exp above it overflows
 _EXP_MAX = {4: float(np.log(np.finfo(np.float32).max)), 8: float(np.log(np.finfo(np.float64).max))}
+
+
+_um = getattr(np, "_core", None)
+_CLIP_UFUNC = (_um if _um is not None else np.core).umath.clip  # (np.clip without its Python wrapper)
+del _um
+# below this many elements numpy's maximum (no clip bounds to convert) is as fast
+CLIP_MIN = 1024
+_BOUNDS = {_F32: (np.float32(0), np.float32(-np.inf), np.float32(np.inf)),
+           _F64: (np.float64(0), np.float64(-np.inf), np.float64(np.inf))}
+
+
+def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0) of a float array, into ``out`` when given (``out=x``: in place)."""
+    b = _BOUNDS.get(x.dtype)
+    if b is not None and x.size >= CLIP_MIN:
+        return _CLIP_UFUNC(x, b[0], b[2], out=out)
+    return np.maximum(x, x.dtype.type(0), out=out)
+
+
+def clamp(x: np.ndarray, lo=None, hi=None, out: np.ndarray | None = None) -> np.ndarray:
+    """x clipped below at ``lo`` and/or above at ``hi`` (scalars of x's dtype, None for no bound), as
+    np.maximum / np.minimum / np.clip would (NaN propagates); into ``out`` when given."""
+    b = _BOUNDS.get(x.dtype)
+    if b is not None and x.size >= CLIP_MIN:
+        return _CLIP_UFUNC(x, b[1] if lo is None else lo, b[2] if hi is None else hi, out=out)
+    if lo is not None and hi is not None:
+        return np.clip(x, lo, hi, out=out)
+    if lo is not None:
+        return np.maximum(x, lo, out=out)
+    if hi is not None:
+        return np.minimum(x, hi, out=out)
+    if out is None:
+        return x
+    out[...] = x
+    return out
 
 
 def blockwise(fn, x: np.ndarray, block: int = BLOCK) -> np.ndarray:

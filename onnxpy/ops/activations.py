@@ -59,6 +59,8 @@ def relu(x, *, _donated=()):
     z = _ZEROS.get(x.dtype)
     if z is None:
         z = _zero(x.dtype)
+    if x.size >= _fast.CLIP_MIN:
+        return _fast.relu(x, x if _donated and x.ndim else None)
     if _donated and x.ndim:  # x dies here and is ours: compute in place (see registry: _donated)
         return np.maximum(x, z, out=x)
     return np.maximum(x, z)
@@ -103,9 +105,9 @@ def leaky_relu(x, *, alpha=0.01, _donated=()):
         return np.maximum(x, x * alpha, out=x if _donated and x.ndim else None)
     if alpha > 1.0:
         return np.minimum(x, x * alpha, out=x if _donated and x.ndim else None)
-    y = np.minimum(x, 0)
+    y = _fast.clamp(x, None, x.dtype.type(0))
     y *= alpha
-    y += np.maximum(x, 0)
+    y += _fast.relu(x)
     return y
 
 
@@ -118,8 +120,8 @@ def _channel_slope(x, slope):
 
 @kernel("PRelu", (7, 9, 16))
 def prelu(x, slope):
-    y = np.minimum(x, 0) * slope
-    y += np.maximum(x, 0)
+    y = _fast.clamp(x, None, x.dtype.type(0)) * slope
+    y += _fast.relu(x)
     return y.astype(x.dtype, copy=False)
 
 
@@ -130,10 +132,10 @@ def prelu_6(x, slope):
 
 def _elu_core(xf, alpha, scale=1.0):
     """alpha * expm1(min(x, 0)) + max(x, 0), branch-free."""
-    y = np.minimum(xf, 0)
+    y = _fast.clamp(xf, None, xf.dtype.type(0))
     np.expm1(y, out=y)
     y *= alpha
-    y += np.maximum(xf, 0)
+    y += _fast.relu(xf)
     if scale != 1.0:
         y *= scale
     return y
@@ -153,11 +155,11 @@ def selu(x, *, alpha=1.6732632423543772, gamma=1.0507010221481445):
 def celu(x, *, alpha=1.0):
     # max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
     xf = _up(x)
-    y = np.minimum(xf, 0)
+    y = _fast.clamp(xf, None, xf.dtype.type(0))
     y /= alpha
     np.expm1(y, out=y)
     y *= alpha
-    y += np.maximum(xf, 0)
+    y += _fast.relu(xf)
     return _down(y, x)
 
 
@@ -185,7 +187,7 @@ def _softplus_block(x):
     np.negative(y, out=y)
     np.exp(y, out=y)
     np.log1p(y, out=y)
-    y += np.maximum(x, 0)
+    y += _fast.relu(x)
     return y
 
 

@@ -318,7 +318,7 @@ def _activate(y: np.ndarray, name: str, op: str, alpha=None, beta=None, gamma=No
     if name in (None, "", "Identity"):
         return y
     if name == "Relu":
-        return np.maximum(y, 0, out=y)
+        return _fast.relu(y, y)
     if name == "Tanh":
         return np.tanh(y, out=y)
     if name == "Sigmoid":
@@ -428,7 +428,6 @@ def _fused_conv_specialize(consts, kwargs):
     generic = fused_conv
     W = consts[1]
     relu = activation == "Relu"
-    zero = W.dtype.type(0)  # (a scalar of the weights' type: numpy converts a Python 0 on every call)
 
     def run(X, Wr, B=None, Z=None):
         if type(X) is not np.ndarray or X.dtype != W.dtype:
@@ -437,7 +436,7 @@ def _fused_conv_specialize(consts, kwargs):
         if not y.flags.writeable:
             y = np.array(y, copy=True)
         if relu and Z is None:
-            return np.maximum(y, zero, out=y)
+            return _fast.relu(y, y)
         return _fused_conv_tail(y, Z, X.dtype, activation, params)
 
     return run
@@ -471,7 +470,7 @@ def _conv_add_tail(y, Z, relu):
     else:
         y = np.add(y, Z)
     if relu:
-        np.maximum(y, y.dtype.type(0), out=y)
+        _fast.relu(y, y)
     return y
 
 
@@ -487,13 +486,12 @@ def _conv_add_specialize(consts, kwargs):
     if into is None:
         return None
     relu = kwargs.get("activation", "") == "Relu"
-    zero = consts[1].dtype.type(0)
 
     def run(X, Wr, B, Z, *, _donated=()):
         if 3 in _donated:
             y = into(X, Z)
             if y is not None:
-                return np.maximum(y, zero, out=y) if relu else y
+                return _fast.relu(y, y) if relu else y
         y = fast(X, Wr, B) if B is not None else fast(X, Wr)
         return _conv_add_tail(y, Z, relu)
 
@@ -588,7 +586,7 @@ def _conv_concat_specialize(consts, kwargs):
                     is None:
                 return generic(*args, **kwargs)
         if relu:
-            return np.maximum(out, 0, out=out)
+            return _fast.relu(out, out)
         return _fused_conv_tail(out, None, dt, activation, params)
 
     return run

@@ -28,6 +28,7 @@ import os
 
 import numpy as np
 
+from . import _ew_math as _fast
 from .conv import conv
 from .image import resize
 from .pool import average_pool, global_average_pool, global_max_pool, max_pool
@@ -160,7 +161,7 @@ def _activation(y: np.ndarray, name, params) -> np.ndarray:
     if name in ("", "Identity"):
         return y
     if name == "Relu":
-        return np.maximum(y, 0, out=y)
+        return _fast.relu(y, y)
     if name == "LeakyRelu":
         alpha = p[0] if p else 0.01
         return np.where(y >= 0, y, y * np.float32(alpha)).astype(y.dtype, copy=False)

@@ -321,6 +321,9 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 @kernel("Clip", (1, 6))
 def clip_6(x, *, min=-_FLT_MAX, max=_FLT_MAX):  # noqa: A002 - ONNX attribute names
+    if x.dtype in (np.float32, np.float64) and (min > -_FLT_MAX or max < _FLT_MAX):
+        t = x.dtype.type
+        return _fast.clamp(x, t(min) if min > -_FLT_MAX else None, t(max) if max < _FLT_MAX else None)
     if min > -_FLT_MAX:
         x = np.maximum(x, min)
     if max < _FLT_MAX:
@@ -342,12 +345,16 @@ def clip_11(x, min=None, max=None, *, _donated=()):  # noqa: A002 - ONNX input n
     if lo is not None and hi is not None:
         if lo.dtype == x.dtype and hi.dtype == x.dtype:
             # one pass: min(max(x, lo), hi), NaN propagates, lo > hi gives hi (as the spec says)
-            return np.clip(x, lo, hi, out=out)
+            return _fast.clamp(x, lo, hi, out=out)
         return np.minimum(np.maximum(x, lo), hi)
     if lo is not None:
-        return np.maximum(x, lo, out=out if lo.dtype == x.dtype else None)
+        if lo.dtype == x.dtype:  # (float32/64: the clip loop, ~4x numpy's maximum against a scalar)
+            return _fast.clamp(x, lo, None, out=out)
+        return np.maximum(x, lo)
     if hi is not None:
-        return np.minimum(x, hi, out=out if hi.dtype == x.dtype else None)
+        if hi.dtype == x.dtype:
+            return _fast.clamp(x, None, hi, out=out)
+        return np.minimum(x, hi)
     return x
 
 

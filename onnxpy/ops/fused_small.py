@@ -20,6 +20,7 @@ import functools
 
 import numpy as np
 
+from . import _ew_math as _fast
 from ._shape_util import NOT_CONST
 from .contrib_fused import _fused_conv_tail, _params_short, fused_conv
 from .conv import conv as _conv
@@ -242,7 +243,6 @@ def _conv_shuffle_specialize(consts, kwargs):
     w3 = np.ascontiguousarray(W.reshape(G, n, Cg))
     # shuffled channel j * G + i holds the conv's channel i * n + j
     bias = None if B is None else np.ascontiguousarray(B.reshape(G, n).T).reshape(M, 1)
-    zero = W.dtype.type(0)
     generic = functools.partial(conv_shuffle, **kwargs)
     fits: dict = {}
 
@@ -266,7 +266,7 @@ def _conv_shuffle_specialize(consts, kwargs):
             y += bias
         y = y.reshape(N, M, H, Wd)
         if act == "Relu":
-            return np.maximum(y, zero, out=y)
+            return _fast.relu(y, y)
         return _fused_conv_tail(y, None, y.dtype, act, params) if act else y
 
     return run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _ew_math as _fast
 from .registry import kernel
 
 DOMAIN = "ai.onnxpy"
@@ -180,7 +181,7 @@ def conv_batch_norm(X, W, B, scale, bias, mean, var, *, epsilon=1e-5, activation
     if activation == "Relu":
         if not (isinstance(y, np.ndarray) and y.flags.writeable):
             y = np.array(y)
-        np.maximum(y, 0, out=y)
+        _fast.relu(y, y)
     elif activation:
         raise ValueError(f"ConvBatchNorm: unsupported activation {activation!r}")
     return y
