@@ -417,13 +417,17 @@ SOP_CASES = [
     ((1, 100, 28, 28), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # 196 outputs, strided
     ((1, 72, 9, 8), (3, 2), {"pads": [2, 0, 1, 1], "dilations": [2, 1]}),  # asymmetric pads, dilation
     ((1, 80, 11, 13), (3, 3), {"strides": [1, 2]}),  # no pads, one strided axis
+    ((1, 128, 8, 10), (3, 3), {"pads": [2, 2, 2, 2], "dilations": [1, 2]}),  # dilated columns
+    ((1, 96, 12, 12), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),  # strided rows, stride-1 columns
 ]
 
 
+@pytest.mark.parametrize("wide", [True, False])  # stride-1 columns: merged (column, channel) rows or not
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("xs,ks,attrs", SOP_CASES)
-def test_depthwise_sum_of_products(xs, ks, attrs, bias, dtype, monkeypatch):
+def test_depthwise_sum_of_products(xs, ks, attrs, bias, dtype, wide, monkeypatch):
+    monkeypatch.setattr(conv_mod, "_DW_SOP_WIDE", wide)
     calls = []
     orig = conv_mod._depthwise2d_sop
     monkeypatch.setattr(conv_mod, "_depthwise2d_sop", lambda *a, **k: calls.append(1) or orig(*a, **k))
