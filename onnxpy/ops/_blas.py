@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "sgemm", "transpose_available", "transpose_into"]
+__all__ = ["available", "axpy_function", "sgemm", "transpose_available", "transpose_into"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
@@ -30,10 +30,11 @@ _CONFIGS = ("scipy_openblas_get_config", "openblas_get_config")
 _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
 _omat = None  # the bound cblas_somatcopy of the same library (None: not looked up yet, False: none)
+_axpy = None  # the bound cblas_saxpy of the same library (likewise)
 
 
 def _bind():
-    global _omat
+    global _omat, _axpy
     from ..execution.threads import _loaded_libraries
 
     for path in _loaded_libraries():
@@ -49,6 +50,7 @@ def _bind():
             f.argtypes = [E, E, E, itype, itype, itype, F, P, itype, P, itype, F, P, itype]
             f.restype = None
             _omat = _bind_omatcopy(lib, name, itype)
+            _axpy = _bind_axpy(lib, name, itype)
             return f
     return None
 
@@ -65,6 +67,16 @@ def _bind_omatcopy(lib, sgemm_name: str, itype):
     return g
 
 
+def _bind_axpy(lib, sgemm_name: str, itype):
+    """``cblas_saxpy`` named like the bound sgemm (same library, same integer width), or False."""
+    g = getattr(lib, sgemm_name.replace("sgemm", "saxpy"), None)
+    if g is None:
+        return False
+    g.argtypes = [itype, ctypes.c_float, ctypes.c_void_p, itype, ctypes.c_void_p, itype]
+    g.restype = None
+    return g
+
+
 def _lp64_openblas(lib) -> bool:
     """True for an OpenBLAS built with 32-bit integers (its configuration string lacks USE64BITINT)."""
     for name in _CONFIGS:
@@ -76,7 +88,7 @@ def _lp64_openblas(lib) -> bool:
 
 
 def _self_test(f) -> bool:
-    global _omat
+    global _omat, _axpy
     rng = np.random.default_rng(1)
     a = rng.standard_normal((5, 7)).astype(np.float32)
     b = rng.standard_normal((7, 9)).astype(np.float32)
@@ -87,6 +99,14 @@ def _self_test(f) -> bool:
         _omat(_ROW_MAJOR, _TRANS, 5, 7, 1.0, c.ctypes.data, 9, t.ctypes.data, 5)
         if not np.array_equal(t, c[:, :7].T):
             _omat = False
+    if _axpy:  # y += 0.5 * x[::2], y strided too
+        x = rng.standard_normal(12).astype(np.float32)
+        y = rng.standard_normal(12).astype(np.float32)
+        want = y.copy()
+        want[::2] += np.float32(0.5) * x[::2]
+        _axpy(6, 0.5, x.ctypes.data, 2, y.ctypes.data, 2)
+        if not np.allclose(y, want, rtol=1e-6, atol=1e-6):
+            _axpy = False
     return bool(np.allclose(c, a @ b + 1, rtol=1e-5, atol=1e-5))
 
 
@@ -120,6 +140,13 @@ def sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
     if m and n:
         _fn(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, float(beta),
             c.ctypes.data, ldc)
+
+
+def axpy_function():
+    """The bound ``cblas_saxpy(n, alpha, x, incx, y, incy)`` of the library numpy uses (pointers as integer
+    addresses, float32 data), checked like sgemm; None when there is none.  A raw ctypes function: the caller keeps
+    every pointer and count inside its buffers."""
+    return _axpy if available() and _axpy else None
 
 
 def transpose_available() -> bool:

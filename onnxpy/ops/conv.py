@@ -59,6 +59,11 @@ _DW_TINY_PLANE = 64
 _DW_SOP_MAX_PLANE = 196
 # test hook: stride-1 sum-of-products over merged (column, channel) rows (else per output position)
 _DW_SOP_WIDE = True
+# Depthwise convolutions whose per-channel output (with each row's spare columns) has at least this many elements run
+# one BLAS saxpy per channel and tap (``_depthwise2d_axpy``); test hook ``_DW_AXPY``.
+_DW_AXPY = True
+_DW_AXPY_MIN = 12288
+_DW_AXPY_BLOCK_BYTES = 1 << 19
 # Winograd F(2x2,3x3) for 3x3 stride-1 float32 convs with at least this many input and output channels on 196 to
 # 1024 output positions (14x14 to 32x32).  Measured per layer inside the models, interleaved with the GEMM paths,
 # on the 2026-12-04 machine (AVX-512 EPYC): VGG-19's 512->512 at 28x28 0.55x, at 14x14 0.58x, 256->512 at 28x28
@@ -508,6 +513,81 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
     if B is not None:  # crop and bias in one pass
         return np.add(res[..., :Wo], B.reshape(M, 1, 1), out=np.empty((N, M, Ho, Wo), dtype=res.dtype))
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
+
+
+def _dw_axpy_ok(x, w, pb, pe, strides, out_shape, group) -> bool:
+    """``_depthwise2d_axpy`` applies: float32, one filter per channel, equal strides up to 2, and planes whose
+    per-channel BLAS calls are long enough (``_DW_AXPY_MIN`` outputs, counting a row's spare columns) for the ~1 us
+    call to stay small next to the work."""
+    Ho, Wo = out_shape
+    s = strides[0]
+    return (_DW_AXPY and x.dtype == _F32 and w.dtype == _F32 and w.shape[0] == group == x.shape[1]
+            and s == strides[1] and s <= 2 and (Ho - 1) * -(-(x.shape[3] + pb[1] + pe[1]) // s) + Wo >= _DW_AXPY_MIN
+            and _blas.axpy_function() is not None)
+
+
+def _depthwise2d_axpy(x, w, B, pb, pe, strides, dilations, out_shape):
+    """Depthwise 2-D convolution (one filter per channel, equal strides s of 1 or 2) on large planes as BLAS
+    ``saxpy`` calls.  The zero-padded image of a channel is split into its s*s stride phases (rows a::s, columns
+    b::s; s = 1: the padded image itself), each flattened with row pitch Wq; output (h, w) at l = h * Wq + w then
+    reads, for tap (i, j), phase ((i*dh) % s, (j*dw) % s) at l + ((i*dh) // s) * Wq + (j*dw) // s, so each tap of a
+    channel is one contiguous y += w_t * x[off:] over the channel's whole output (Wq - Wo spare columns per row,
+    cropped at the end with the bias): one pass per tap instead of numpy's multiply-then-add, in BLAS's threads.
+    Channels go in blocks whose phases and products stay in cache (memory traffic otherwise dominates); the
+    padding is zeroed once and each block copies in its interior; the first tap of a block is one numpy
+    multiply."""
+    N, C, H, W = x.shape
+    KH, KW = w.shape[2:]
+    s = strides[0]
+    dh, dw = dilations
+    Ho, Wo = out_shape
+    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
+    Hq, Wq = -(-Hp // s), -(-Wp // s)
+    axpy = _blas.axpy_function()
+    n_out = (Ho - 1) * Wq + Wo  # elements per channel (the last row's spare columns left out)
+    # (phase, offset) per tap; the largest read of a phase, n_out - 1 + its offset, lies inside it (the windows fit
+    # the padded image)
+    taps = [(((i * dh) % s) * s + (j * dw) % s, ((i * dh) // s) * Wq + (j * dw) // s)
+            for i in range(KH) for j in range(KW)]
+    wt = w.reshape(C, KH * KW)
+    coef = wt.astype(np.float64).tolist()
+    step = max(1, min(C, _DW_AXPY_BLOCK_BYTES // ((s * s * Hq + Ho) * Wq * x.dtype.itemsize)))
+    ph = np.zeros((s * s, step, Hq, Wq), dtype=x.dtype)
+    copies = []  # (phase interior, input rows, input columns) per phase
+    for a in range(s):
+        q0 = -(-(pb[0] - a) // s) if pb[0] > a else 0  # first phase row inside x
+        r0 = q0 * s + a - pb[0]
+        for b in range(s):
+            p0 = -(-(pb[1] - b) // s) if pb[1] > b else 0
+            c0 = p0 * s + b - pb[1]
+            if r0 < H and c0 < W:
+                nr, nc = (H - 1 - r0) // s + 1, (W - 1 - c0) // s + 1
+                copies.append((ph[a * s + b, :, q0:q0 + nr, p0:p0 + nc], slice(r0, r0 + (nr - 1) * s + 1, s),
+                               slice(c0, c0 + (nc - 1) * s + 1, s)))
+    pf = ph.reshape(s * s, step, Hq * Wq)
+    acc = np.empty((step, Ho * Wq), dtype=x.dtype)
+    pbase, ps, cs, yb, ys = pf.ctypes.data, pf.strides[0], pf.strides[1], acc.ctypes.data, acc.strides[0]
+    p_first, o_first = taps[0]
+    first = pf[p_first, :, o_first:o_first + n_out]
+    res = np.empty((N, C, Ho, Wo), dtype=x.dtype)
+    for n in range(N):
+        for c0 in range(0, C, step):
+            c1 = min(C, c0 + step)
+            k = c1 - c0
+            for dst, rows, cols in copies:
+                dst[:k] = x[n, c0:c1, rows, cols]
+            np.multiply(first[:k], wt[c0:c1, :1], out=acc[:k, :n_out])
+            for c in range(k):
+                wc, yc = coef[c0 + c], yb + c * ys
+                for t in range(1, len(taps)):
+                    p, off = taps[t]
+                    axpy(n_out, wc[t], pbase + p * ps + c * cs + 4 * off, 1, yc, 1)
+            a3 = acc[:k].reshape(k, Ho, Wq)[:, :, :Wo]
+            if B is not None:  # crop and bias in one pass
+                np.add(a3, B[c0:c1].reshape(k, 1, 1), out=res[n, c0:c1])
+            else:
+                res[n, c0:c1] = a3
+    return res
 
 
 def _depthwise2d_nhwc(x, w, pb, pe, dilations, out_shape, B=None):
@@ -1115,6 +1195,8 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
         return _conv1x1(x, w, B, group, wkey, out, acc)
     if Cg == 1 and group > 1:
         P = out_shape[0] * out_shape[1]
+        if _dw_axpy_ok(x, w, pb, pe, strides, out_shape, group):  # large planes (PP-OCR's detector)
+            return _into(_depthwise2d_axpy(x, w, B, pb, pe, strides, dilations, out_shape), out, acc)
         if (M == group and P <= _DW_SOP_MAX_PLANE and C * (1 if strides[0] == strides[1] == 1 else 2) >= P
                 and out_shape[0] >= KH and out_shape[1] >= KW):  # (not where whole tap rows read the padding)
             return _depthwise2d_sop(x, w, B, pb, pe, strides, dilations, out_shape, wkey, out, acc)

@@ -470,3 +470,75 @@ def test_depthwise_sum_of_products_declines():
             conv_mod._depthwise2d_sop = orig
         np.testing.assert_allclose(got, _naive_depthwise(x, w, None, attrs["pads"], [1, 1], [1, 1]), rtol=1e-4,
                                    atol=1e-4)
+
+
+# ------------------------------------------------------- large-plane depthwise through BLAS saxpy (one per tap)
+AXPY_CASES = [
+    # (x shape, kernel, attrs): per-channel outputs above the threshold once it is lowered to 0 below
+    ((1, 5, 40, 36), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 3, 33, 31), (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # odd sizes, batch 2
+    ((1, 4, 30, 28), (5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2]}),
+    ((1, 6, 25, 27), (3, 3), {"pads": [2, 0, 1, 2], "dilations": [2, 1]}),  # asymmetric pads, dilation
+    ((1, 3, 24, 24), (3, 2), {"strides": [2, 2], "dilations": [1, 2]}),  # no pads, dilated columns
+    ((1, 7, 20, 22), (1, 3), {"pads": [0, 1, 0, 1]}),
+]
+
+
+@pytest.mark.parametrize("block", [1 << 19, 1])  # all channels in one block, or one channel per block
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("xs,ks,attrs", AXPY_CASES)
+def test_depthwise_axpy(xs, ks, attrs, bias, block, monkeypatch):
+    from onnxpy.ops import _blas
+    if _blas.axpy_function() is None:
+        pytest.skip("no cblas_saxpy in numpy's BLAS")
+    monkeypatch.setattr(conv_mod, "_DW_AXPY_MIN", 0)
+    monkeypatch.setattr(conv_mod, "_DW_AXPY_BLOCK_BYTES", block)
+    calls = []
+    orig = conv_mod._depthwise2d_axpy
+    monkeypatch.setattr(conv_mod, "_depthwise2d_axpy", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    C = xs[1]
+    x, w = rand(*xs), _frozen(rand(C, 1, *ks))
+    b = _frozen(rand(C)) if bias else None
+    pads, st, dl = attrs.get("pads", [0, 0, 0, 0]), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    want = _naive_depthwise(x, w, b, pads, st, dl)
+    got = conv_mod.conv(x, w, b, group=C, **attrs)
+    assert calls and got.dtype == np.float32 and got.flags.c_contiguous and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fast = functools.partial(conv_mod._conv2d_fast, x, w, b, pads[:2], pads[2:], st, dl, C, (w, b))
+    z = rand(*want.shape)
+    np.testing.assert_allclose(fast(out=z.copy(), acc=True), want + z, rtol=1e-5, atol=1e-5)
+    _check("Conv", [x, Init(w)] + ([Init(b)] if bias else []), dict(attrs, group=C), opset=11)
+
+
+def test_depthwise_axpy_declines():
+    """Channel multipliers, unequal or larger strides, float64 and small planes take the other paths."""
+    from onnxpy.ops import _blas
+    if _blas.axpy_function() is None:
+        pytest.skip("no cblas_saxpy in numpy's BLAS")
+    big = (1, 2, 130, 130)
+    cases = [(rand(*big), 2, (3, 3), {"pads": [1, 1, 1, 1]}),
+             (rand(*big), 1, (3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
+             (rand(*big), 1, (3, 3), {"pads": [1, 1, 1, 1], "strides": [3, 3]}),
+             (rand(*big, dtype=np.float64), 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+             (rand(1, 8, 60, 60), 1, (3, 3), {"pads": [1, 1, 1, 1]})]
+    orig = conv_mod._depthwise2d_axpy
+    try:
+        conv_mod._depthwise2d_axpy = None  # would raise if called
+        for x, m, ks, attrs in cases:
+            C = x.shape[1]
+            w = rand(C * m, 1, *ks, dtype=x.dtype)
+            got = conv_mod.conv(x, w, None, group=C, **attrs)
+            want = _naive_depthwise(x, w, None, attrs["pads"], attrs.get("strides", [1, 1]), [1, 1])
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        conv_mod._depthwise2d_axpy = orig
+    # and a large float32 plane takes it
+    calls = []
+    conv_mod._depthwise2d_axpy = lambda *a, **k: calls.append(1) or orig(*a, **k)
+    try:
+        x, w = rand(*big), rand(2, 1, 3, 3)
+        np.testing.assert_allclose(conv_mod.conv(x, w, None, group=2, pads=[1, 1, 1, 1]),
+                                   _naive_depthwise(x, w, None, [1, 1, 1, 1], [1, 1], [1, 1]), rtol=1e-4, atol=1e-4)
+    finally:
+        conv_mod._depthwise2d_axpy = orig
+    assert calls
