@@ -111,3 +111,46 @@ def test_fused_conv_relu_large_output_vs_onnxruntime():
     got = py.run(None, {"x": x})[0]
     assert (got >= 0).all() and (got == 0).mean() > 0.2
     np.testing.assert_allclose(got, rt.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,cs", [
+    ((1, 64, 56, 56), (64, 1, 1)),  # DenseNet's pre-activation floor: a value per channel over 3136-element rows
+    ((1, 8, 64, 64), (1, 8, 1, 1)),
+    ((4, 3000), ()), ((4, 3000), (1,)), ((4, 3000), (4, 1)),
+    ((2, 8, 8), (8, 1)),  # short rows: numpy's maximum
+    ((3000,), (1, 1)),  # the scalar has more axes: the result does too
+    ((3, 4, 2048), (3, 1, 1)), ((16, 40), (40,)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_max_min_with_broadcast_bound(xs, cs, dtype):
+    from onnxpy.ops import elementwise as E
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs).astype(dtype)
+    c = rng.standard_normal(cs).astype(dtype)
+    x.flat[::97] = np.nan
+    if c.size > 2:
+        c.flat[1] = np.nan
+    for f, ref in ((E.max_, np.maximum), (E.min_, np.minimum)):
+        for args in ((x, c), (c, x)):
+            got, want = f(*args), ref(*args)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+def test_preactivation_densenet_block_vs_onnxruntime():
+    """BatchNorm -> Relu -> 1x1 Conv (DenseNet) becomes Max(x, per-channel floor) -> Conv at the extended level;
+    on a 56x56 plane the floor runs through the clip loop."""
+    rng = np.random.default_rng(6)
+    C, M = 16, 8
+    x = rng.standard_normal((1, C, 56, 56)).astype(np.float32)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 1.5, C).astype(np.float32), "g"),
+             numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "m"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, C).astype(np.float32), "v"),
+             numpy_helper.from_array(rng.standard_normal((M, C, 1, 1)).astype(np.float32), "W")]
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]), helper.make_node("Conv", ["r", "W"], ["y"])]
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
+    vo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, M, 56, 56))]
+    py, rt = _session_pair(nodes, vi, vo, inits)
+    np.testing.assert_allclose(py.run(None, {"x": x})[0], rt.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
