@@ -13,6 +13,7 @@ from onnx import helper
 
 from _oracle import Init, assert_outputs_close, infer_output_types, run_onnxpy, run_ort, single_node
 from onnxpy.ops import conv as conv_mod
+from onnxpy.ops import pool as pool_mod
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -542,3 +543,25 @@ def test_depthwise_axpy_declines():
     finally:
         conv_mod._depthwise2d_axpy = orig
     assert calls
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 32, 32), (2, 3, 7, 9), (1, 5, 8, 6), (1, 2, 2, 4), (1, 3, 5, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("block", [1 << 19, 1])
+def test_maxpool_2x2_stride2(shape, dtype, block, monkeypatch):
+    x = (np.random.default_rng(7).standard_normal(shape) * 100).astype(dtype)
+    if dtype == np.float32:
+        x.flat[::13] = np.nan
+        x.flat[5::17] = -np.inf
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_BLOCK_BYTES", block)
+    calls = []
+    orig = pool_mod._max_pool_2x2s2
+    monkeypatch.setattr(pool_mod, "_max_pool_2x2s2", lambda *a: calls.append(1) or orig(*a))
+    got = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
+    assert calls
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_2X2", False)
+    want = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if dtype == np.float32:  # (onnxruntime's MaxPool does not propagate NaN; numpy's maximum, both paths here, does)
+        _check("MaxPool", [np.nan_to_num(x, nan=0.0)], {"kernel_shape": [2, 2], "strides": [2, 2]}, opset=12)
