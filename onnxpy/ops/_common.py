@@ -12,6 +12,16 @@ FLOAT_NAMES = ("float16", "float32", "float64", "bfloat16")
 _FLOAT_DTYPES = frozenset((F32, F64) + LOW_FLOATS)
 
 
+def text(v, default=None):
+    """A string attribute as str: bytes decoded as UTF-8 (how ONNX stores them), None as ``default``, a str as is,
+    anything else through str()."""
+    if isinstance(v, bytes):
+        return v.decode()
+    if v is None:
+        return default
+    return v if isinstance(v, str) else str(v)
+
+
 def required_arr(x, op, name):
     """``x`` as an ndarray; a missing (None) required input raises ValueError naming ``op`` and ``name``."""
     if not isinstance(x, np.ndarray):

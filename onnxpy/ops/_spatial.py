@@ -7,6 +7,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ._common import text
 
 
 def compute_dtype(dt) -> np.dtype:
@@ -46,7 +47,7 @@ def explicit_pads(pads, n: int, op: str) -> tuple[list[int], list[int]]:
 def conv_pads(auto_pad: str, pads, in_shape, kernel, strides, dilations, op: str) -> tuple[list[int], list[int]]:
     """Begin/end pads for Conv-like ops (output = floor((in + pads - eff_k) / s) + 1)."""
     n = len(in_shape)
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    auto_pad = text(auto_pad) or "NOTSET"
     if auto_pad == "NOTSET":
         return explicit_pads(pads, n, op)
     if auto_pad == "VALID":

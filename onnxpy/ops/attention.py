@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import to_numpy
-from ._common import rotate
+from ._common import rotate, text
 from .registry import kernel
 
 _FLOATS = ("float16", "float32", "float64", "bfloat16")
@@ -354,7 +354,7 @@ def linear_attention(query, key, value, past_state=None, decay=None, beta=None, 
     Hq, Hkv = int(q_num_heads), int(kv_num_heads)
     if Hq % Hkv:
         raise ValueError(f"{op}: q_num_heads={Hq} must be a multiple of kv_num_heads={Hkv}")
-    rule = update_rule.decode() if isinstance(update_rule, bytes) else str(update_rule)
+    rule = text(update_rule)
     if rule not in ("linear", "gated", "delta", "gated_delta"):
         raise ValueError(f"{op}: update_rule must be linear, gated, delta or gated_delta, got {rule!r}")
     ct = np.dtype(np.float32)
@@ -434,7 +434,7 @@ def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activat
     if w.ndim != 3 or w.shape[0] != C or w.shape[1] != 1 or w.shape[2] < 1:
         raise ValueError(f"{op}: weight has shape {w.shape}, expected ({C}, 1, k)")
     kk = w.shape[2]
-    act = activation.decode() if isinstance(activation, bytes) else str(activation)
+    act = text(activation)
     if act not in ("none", "silu", "swish"):
         raise ValueError(f"{op}: activation must be 'silu', 'swish' or 'none', got {act!r}")
     ct = _compute_dtype(x.dtype)

@@ -6,6 +6,7 @@ import re
 
 import ml_dtypes
 import numpy as np
+from ._common import text
 from ..ir.protoenums import data_type_names
 
 from ..dtypes import to_numpy
@@ -35,7 +36,7 @@ _SUB_BYTE_INTS = frozenset(d for d in _SUB_BYTE_BITS if d.kind in "iu" or "int" 
 
 def _target_dtype(to) -> np.dtype:
     if isinstance(to, (str, bytes)):  # Cast-1 names the type as a string ("FLOAT")
-        name = to.decode() if isinstance(to, bytes) else to
+        name = text(to)
         code = data_type_names().get(name.upper())
         if not isinstance(code, int):
             raise TypeError(f"Cast: unknown target type name {name!r}")

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from . import _ew_math as _fast
-from ._common import F32 as _F32
+from ._common import F32 as _F32, text
 from ._common import F64 as _F64
 from ._common import float_arr as _float_arr
 from .activations import _blockwise, _gelu_erf_block, _gelu_tanh_block
@@ -545,7 +545,7 @@ def _conv_concat_specialize(consts, kwargs):
     except ValueError:
         return None
     activation = kwargs.get("activation", "")
-    activation = activation.decode() if isinstance(activation, bytes) else activation
+    activation = text(activation)
     params = list(kwargs.get("activation_params") or [])
     if _params_short(activation, params):
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._common import text
 from ._shape_util import scalar_int
 from .image import _grid_sample
 from .pool import _pool_geometry, max_pool
@@ -18,8 +19,7 @@ from .shape import _range, unique
 from .tensor import trilu
 
 
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
+_s = text  # (attribute strings: bytes decoded)
 
 
 def _check_float(x, op, name="X", kinds=(np.float16, np.float32, np.float64)):

@@ -28,6 +28,7 @@ import os
 
 import numpy as np
 
+from ._common import text
 from . import _ew_math as _fast
 from .conv import conv
 from .image import resize
@@ -75,8 +76,7 @@ def set_block_size(b: int | None) -> None:
     _block_size = None if b is None else int(b)
 
 
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
+_s = text  # (attribute strings: bytes decoded)
 
 
 def _padded(c: int, b: int) -> int:

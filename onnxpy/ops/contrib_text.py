@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from ._common import text
 from .registry import MS_DOMAIN, kernel
 
 # ----------------------------------------------------------------------------------------------- MurmurHash3
@@ -150,9 +151,9 @@ def tokenizer(X, *, mark=None, mincharnum=None, pad_value=None, separators=None,
     mincharnum = int(mincharnum)
     if mincharnum <= 0:
         raise ValueError(f"{op}: attribute mincharnum must be positive, got {mincharnum}")
-    pad = pad_value.decode() if isinstance(pad_value, bytes) else str(pad_value)
-    seps = [v.decode() if isinstance(v, bytes) else v for v in (separators or [])]
-    texp = tokenexp.decode() if isinstance(tokenexp, bytes) else tokenexp
+    pad = text(pad_value)
+    seps = [text(v) for v in (separators or [])]
+    texp = text(tokenexp)
     if seps:
         if len(seps) == 1 and seps[0] == "":
             mode, rx = "char", None
@@ -178,7 +179,7 @@ def tokenizer(X, *, mark=None, mincharnum=None, pad_value=None, separators=None,
         raise ValueError(f"{op}: input must have shape [C] or [N, C], got {list(X.shape)}")
     if X.size == 0:
         return np.empty(X.shape, dtype=object)
-    flat = [v.decode() if isinstance(v, bytes) else str(v) for v in X.reshape(-1)]
+    flat = [v.decode() if isinstance(v, bytes) else str(v) for v in X.reshape(-1)]  # (tensor elements, not attributes)
     rows = [_tokenize(s, mode, rx, mincharnum) for s in flat]
     most = max(len(r) for r in rows)
     if most == 0:

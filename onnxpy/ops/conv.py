@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..limits import check_alloc
-from ._common import F32 as _F32
+from ._common import F32 as _F32, text
 from ._common import F64 as _F64
 from ._shape_util import NOT_CONST, frozen
 from ._wcache import derived as _derived
@@ -972,7 +972,7 @@ def _spec_conv(consts, kwargs):
             or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
         return None
     auto_pad = kwargs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    auto_pad = text(auto_pad) or "NOTSET"
     if W.ndim == 3:
         return _spec_conv1d(W, B, auto_pad, kwargs)
     group = int(kwargs.get("group", 1))
@@ -1295,7 +1295,7 @@ def conv_transpose(X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, 
     Mg = W.shape[1]
     M = Mg * group
     op_pad = spatial_attr(output_padding, n, 0, op, "output_padding")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    auto_pad = text(auto_pad) or "NOTSET"
     eff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
     natural = [s * (i - 1) + p + e for s, i, p, e in zip(st, in_shape, op_pad, eff)]
     if (output_shape is not None and len(output_shape) > 0) or auto_pad in ("SAME_UPPER", "SAME_LOWER"):

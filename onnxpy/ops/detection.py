@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
+from ._common import text
 from .registry import kernel
 
 
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
+_s = text  # (attribute strings: bytes decoded)
 
 
 def _scalar(v, default, dtype, op, name):

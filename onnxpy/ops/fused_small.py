@@ -20,6 +20,7 @@ import functools
 
 import numpy as np
 
+from ._common import text
 from . import _ew_math as _fast
 from ._shape_util import NOT_CONST
 from .contrib_fused import _fused_conv_tail, _params_short, fused_conv
@@ -61,7 +62,7 @@ def _pad_conv_specialize(consts, kwargs):
     if plan_for is None:
         return None
     mode = kwargs.get("pad_mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = text(mode)
     pp = [int(v) for v in kwargs.get("pad_pads", ())]
     axes = [int(v) for v in kwargs.get("unsqueeze_axes", ())]
     M = W.shape[0]
@@ -229,9 +230,9 @@ def _conv_shuffle_specialize(consts, kwargs):
     G = int(kwargs.get("group", 1))
     M, Cg = W.shape[:2]
     auto_pad = kwargs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    auto_pad = text(auto_pad) or "NOTSET"
     act = kwargs.get("activation", "") or ""
-    act = act.decode() if isinstance(act, bytes) else act
+    act = text(act)
     params = list(kwargs.get("activation_params") or [])
     if (G < 2 or M % G or auto_pad not in ("NOTSET", "VALID") or any(kwargs.get("pads") or ())
             or any(int(v) != 1 for v in kwargs.get("strides") or ()) or any(int(v) != 1 for v in

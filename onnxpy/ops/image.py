@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ._common import text
 from ..limits import check_alloc
 from ._spatial import prod
 from .registry import kernel
@@ -15,8 +16,7 @@ _CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corn
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
 
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
+_s = text  # (attribute strings: bytes decoded)
 
 
 def _is_float(dt) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._common import text
 from ._shape_util import NOT_CONST, check_shape, full, norm_axes, to_ints, within_limit, zero_of
 from .registry import kernel
 
@@ -161,7 +162,7 @@ def _spec_pad(consts, kwargs):
     """Pad-11+ with constant pads (and constant value/axes): the padding layout is derived once per input shape;
     edge/reflect/wrap padding becomes one gather per padded axis."""
     mode = kwargs.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = text(mode)
     if mode not in _MODES or len(consts) < 2 or any(c is NOT_CONST for c in consts[1:]):
         return None
     pads_c = consts[1]

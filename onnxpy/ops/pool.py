@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..limits import check_alloc
-from ._common import ones_vector
+from ._common import ones_vector, text
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
 
@@ -28,7 +28,7 @@ def _pool_geometry(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mod
         raise ValueError(f"{op}: kernel_shape, strides and dilations must be positive")
     in_shape = x.shape[2:]
     eff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else (auto_pad or "NOTSET")
+    auto_pad = text(auto_pad) or "NOTSET"
     ceil_mode = bool(ceil_mode)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = [ceil_div(i, s) for i, s in zip(in_shape, st)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._common import text
 from . import _ew_math as _fast
 from .linalg import _dot2
 from .registry import kernel
@@ -64,7 +65,7 @@ def _activations(names, alphas, betas, defaults: list[str], num_directions: int)
     per = len(defaults)
     if not names:
         names = list(defaults) * num_directions
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    names = [text(n) for n in names]
     if len(names) == per and num_directions == 2:
         names = names * 2
     if len(names) != per * num_directions:
@@ -101,7 +102,7 @@ def _compute_dtype(dt: np.dtype) -> np.dtype:
 
 
 def _num_directions(direction) -> tuple[int, list[bool]]:
-    d = direction.decode() if isinstance(direction, bytes) else str(direction)
+    d = text(direction)
     if d in ("forward", "foward"):
         return 1, [False]
     if d == "reverse":
@@ -395,11 +396,11 @@ _FUSED_MAX_BYTES = 1 << 26  # the fused weight copy is made only for weights up 
 def _default_lstm_config(kwargs) -> bool:
     acts = kwargs.get("activations")
     if acts:
-        names = [(a.decode() if isinstance(a, bytes) else str(a)).lower() for a in acts]
+        names = [text(a).lower() for a in acts]
         if names != ["sigmoid", "tanh", "tanh"]:
             return False
     d = kwargs.get("direction", "forward")
-    d = d.decode() if isinstance(d, bytes) else str(d)
+    d = text(d)
     return (d in ("forward", "foward") and kwargs.get("clip") is None and not kwargs.get("input_forget", 0)
             and kwargs.get("layout", 0) == 0)
 
