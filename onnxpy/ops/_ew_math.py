@@ -48,14 +48,17 @@ del _um
 CLIP_MIN = 1024
 _BOUNDS = {_F32: (np.float32(0), np.float32(-np.inf), np.float32(np.inf)),
            _F64: (np.float64(0), np.float64(-np.inf), np.float64(np.inf))}
+_ZERO_OF = {np.dtype(t): np.zeros((), t) for t in (np.float16, np.float32, np.float64)}
 
 
 def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """max(x, 0) of a float array, into ``out`` when given (``out=x``: in place)."""
-    b = _BOUNDS.get(x.dtype)
-    if b is not None and x.size >= CLIP_MIN:
-        return _CLIP_UFUNC(x, b[0], b[2], out=out)
-    return np.maximum(x, x.dtype.type(0), out=out)
+    if x.size >= CLIP_MIN:
+        b = _BOUNDS.get(x.dtype)
+        if b is not None:
+            return _CLIP_UFUNC(x, b[0], b[2], out=out)
+    z = _ZERO_OF.get(x.dtype)  # (a same-typed zero: numpy converts a Python 0 on every call)
+    return np.maximum(x, x.dtype.type(0) if z is None else z, out=out)
 
 
 def clamp(x: np.ndarray, lo=None, hi=None, out: np.ndarray | None = None) -> np.ndarray:

@@ -428,6 +428,8 @@ def _fused_conv_specialize(consts, kwargs):
     generic = fused_conv
     W = consts[1]
     relu = activation == "Relu"
+    zero = W.dtype.type(0)  # (a scalar of the weights' type: numpy converts a Python 0 on every call)
+    clip_min = _fast.CLIP_MIN
 
     def run(X, Wr, B=None, Z=None):
         if type(X) is not np.ndarray or X.dtype != W.dtype:
@@ -435,8 +437,8 @@ def _fused_conv_specialize(consts, kwargs):
         y = fast(X, Wr, B) if B is not None else fast(X, Wr)
         if not y.flags.writeable:
             y = np.array(y, copy=True)
-        if relu and Z is None:
-            return _fast.relu(y, y)
+        if relu and Z is None:  # (small outputs, silero-vad's: numpy's maximum directly, no helper call)
+            return _fast.relu(y, y) if y.size >= clip_min else np.maximum(y, zero, out=y)
         return _fused_conv_tail(y, Z, X.dtype, activation, params)
 
     return run
