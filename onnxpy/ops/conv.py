@@ -516,14 +516,15 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
 
 
 def _dw_axpy_ok(x, w, pb, pe, strides, out_shape, group) -> bool:
-    """``_depthwise2d_axpy`` applies: float32, one filter per channel, equal strides up to 2, and planes whose
+    """``_depthwise2d_axpy`` applies: float32, one filter per channel, equal strides up to 2, planes whose
     per-channel BLAS calls are long enough (``_DW_AXPY_MIN`` outputs, counting a row's spare columns) for the ~1 us
-    call to stay small next to the work."""
+    call to stay small next to the work, and no zero coefficient (BLAS's saxpy skips a zero multiplier, so an inf or
+    NaN input would not turn its products into NaN as the other paths' 0 * inf does)."""
     Ho, Wo = out_shape
     s = strides[0]
     return (_DW_AXPY and x.dtype == _F32 and w.dtype == _F32 and w.shape[0] == group == x.shape[1]
             and s == strides[1] and s <= 2 and (Ho - 1) * -(-(x.shape[3] + pb[1] + pe[1]) // s) + Wo >= _DW_AXPY_MIN
-            and _blas.axpy_function() is not None)
+            and _blas.axpy_function() is not None and w.all())
 
 
 def _depthwise2d_axpy(x, w, B, pb, pe, strides, dilations, out_shape):

@@ -565,3 +565,26 @@ def test_maxpool_2x2_stride2(shape, dtype, block, monkeypatch):
     np.testing.assert_array_equal(got, want)
     if dtype == np.float32:  # (onnxruntime's MaxPool does not propagate NaN; numpy's maximum, both paths here, does)
         _check("MaxPool", [np.nan_to_num(x, nan=0.0)], {"kernel_shape": [2, 2], "strides": [2, 2]}, opset=12)
+
+
+def test_depthwise_axpy_zero_coefficient_keeps_nan(monkeypatch):
+    """A zero filter coefficient against an inf input gives NaN (0 * inf) as in every other path: such filters
+    leave the saxpy path (BLAS skips a zero multiplier)."""
+    from onnxpy.ops import _blas
+    if _blas.axpy_function() is None:
+        pytest.skip("no cblas_saxpy in numpy's BLAS")
+    monkeypatch.setattr(conv_mod, "_DW_AXPY_MIN", 0)
+    x = rand(1, 3, 20, 20)
+    x[0, 1, 5, 5] = np.inf
+    w = rand(3, 1, 3, 3)
+    w[1, 0, 1, 1] = 0.0
+    calls = []
+    orig = conv_mod._depthwise2d_axpy
+    monkeypatch.setattr(conv_mod, "_depthwise2d_axpy", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    with np.errstate(invalid="ignore"):
+        got = conv_mod.conv(x, w, None, group=3, pads=[1, 1, 1, 1])
+        want = _naive_depthwise(x, w, None, [1, 1, 1, 1], [1, 1], [1, 1])
+    assert not calls and np.isnan(got[0, 1, 5, 5]) and np.isnan(want[0, 1, 5, 5])
+    w[1, 0, 1, 1] = 0.5  # no zero: the saxpy path, inf propagated
+    got = conv_mod.conv(x, w, None, group=3, pads=[1, 1, 1, 1])
+    assert calls and np.isinf(got[0, 1, 5, 5])
