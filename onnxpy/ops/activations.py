@@ -168,7 +168,7 @@ def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
     xf = _up(x)
     y = xf * alpha
     y += beta
-    return _down(np.clip(y, 0, 1, out=y), x)
+    return _down(_fast.clip(y, 0, 1, out=y), x)
 
 
 @kernel("HardSwish", (14, 22))
@@ -176,7 +176,7 @@ def hard_swish(x):
     xf = _up(x)
     y = xf * (1.0 / 6.0)
     y += 0.5
-    np.clip(y, 0, 1, out=y)
+    _fast.clip(y, 0, 1, out=y)
     y *= xf
     return _down(y, x)
 

@@ -331,13 +331,13 @@ def _activate(y: np.ndarray, name: str, op: str, alpha=None, beta=None, gamma=No
     if name == "Clip":
         lo = -np.inf if alpha is None else alpha
         hi = np.inf if beta is None else beta
-        return np.clip(y, t(lo), t(hi), out=y)
+        return _fast.clip(y, t(lo), t(hi), out=y)
     if name == "HardSigmoid":
         a = t(0.2 if alpha is None else alpha)
         b = t(0.5 if beta is None else beta)
         y *= a
         y += b
-        return np.clip(y, t(0), t(1), out=y)
+        return _fast.clip(y, t(0), t(1), out=y)
     if name == "Elu":
         a = t(1.0 if alpha is None else alpha)
         return np.where(y >= 0, y, a * np.expm1(np.minimum(y, 0))).astype(y.dtype, copy=False)

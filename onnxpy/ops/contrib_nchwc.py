@@ -173,7 +173,7 @@ def _activation(y: np.ndarray, name, params) -> np.ndarray:
     if name == "Clip":
         lo = p[0] if len(p) > 0 else -np.inf
         hi = p[1] if len(p) > 1 else np.inf
-        return np.clip(y, lo, hi, out=y)
+        return _fast.clip(y, lo, hi, out=y)
     if name == "HardSigmoid":
         alpha = p[0] if len(p) > 0 else 0.2
         beta = p[1] if len(p) > 1 else 0.5

@@ -96,7 +96,7 @@ def hard_swish_like(x, *, add=3.0, lo=None, hi=None, scale=6.0, scale_op="Div", 
         if x.size <= 2 * _HSW_BLOCK or not x.flags.c_contiguous:
             t = np.multiply(x, dt.type(1 / 6))
             t += dt.type(0.5)
-            np.clip(t, dt.type(0), dt.type(1), out=t)
+            _fast.clip(t, dt.type(0), dt.type(1), out=t)
             t *= x
             return _fix_rank(t, rank)
         out = np.empty(x.shape, dtype=dt)
@@ -106,7 +106,7 @@ def hard_swish_like(x, *, add=3.0, lo=None, hi=None, scale=6.0, scale_op="Div", 
             xs, t = xf[s:s + _HSW_BLOCK], of[s:s + _HSW_BLOCK]
             np.multiply(xs, c6, out=t)
             t += half
-            np.clip(t, zero, one, out=t)
+            _fast.clip(t, zero, one, out=t)
             t *= xs
         return _fix_rank(out, rank)
     t = np.add(x, np.asarray(add, dtype=dt))

@@ -72,6 +72,8 @@ def _session_pair(nodes, inputs, outputs, inits=(), opset=17):
     ("Softplus", {}, []),
     ("LeakyRelu", {"alpha": -0.3}, []),
     ("PRelu", {}, ["slope"]),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []),
+    ("HardSwish", {}, []),
 ])
 @pytest.mark.parametrize("shape", [(2, 3, 5), (2, 8, 40, 40)])
 def test_activation_kernels_vs_onnxruntime(op, attrs, extra, shape):
