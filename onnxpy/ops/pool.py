@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 
@@ -299,8 +300,8 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
         with np.errstate(invalid="ignore"):  # (the second pass also reads positions the first left undefined)
             res = _pool2d_s1(x, ks, dl, pb, out, np.maximum)
         return res.astype(X.dtype, copy=False)
-    if (_MAXPOOL_2X2 and tuple(ks) == (2, 2) and tuple(st) == (2, 2) and tuple(dl) == (1, 1) and not any(pb)
-            and x.dtype.itemsize == 4 and 2 * out[0] <= x.shape[2] and 2 * out[1] <= x.shape[3]):
+    if (_MAXPOOL_2X2 and _LITTLE_ENDIAN and tuple(ks) == (2, 2) and tuple(st) == (2, 2) and tuple(dl) == (1, 1)
+            and not any(pb) and x.dtype.itemsize == 4 and 2 * out[0] <= x.shape[2] and 2 * out[1] <= x.shape[3]):
         return _max_pool_2x2s2(x, out).astype(X.dtype, copy=False)  # VGG's pools
     if (_MAXPOOL_W3S2 and len(ks) == 2 and ks[1] == 3 and st[1] == 2 and dl[0] == dl[1] == 1 and pb[1] <= 1
             and 2 * out[1] <= x.shape[3]):
@@ -315,6 +316,7 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
 _MAXPOOL_BLOCK_BYTES = 1 << 19
 _MAXPOOL_W3S2 = True
 _MAXPOOL_2X2 = True  # test hook: ``_max_pool_2x2s2`` on/off
+_LITTLE_ENDIAN = sys.byteorder == "little"  # (``_max_pool_2x2s2`` takes a pair's first element as its low half)
 
 
 def _max_pool_2x2s2(x, out):
