@@ -84,6 +84,22 @@ def pad_array(x: np.ndarray, pb, pe, value=0, leading: int = 2) -> np.ndarray:
     return out
 
 
+def strided_view(x: np.ndarray, shape, strides) -> np.ndarray:
+    """A read-only view of x's memory with the given shape and byte strides, starting at x's first element (as
+    ``as_strided(..., writeable=False)``).  A C-contiguous x is viewed through the ndarray constructor (~0.9 us
+    against as_strided's ~3 us: it builds its view through an ``__array_interface__`` object), which also checks
+    that the view stays inside x; others go through as_strided."""
+    if x.flags.c_contiguous:
+        try:
+            v = np.ndarray(shape, x.dtype, x, 0, strides)
+        except (ValueError, TypeError):
+            pass
+        else:
+            v.flags.writeable = False
+            return v
+    return as_strided(x, shape, strides, writeable=False)
+
+
 def windows(xp: np.ndarray, kernel, strides, dilations, out_shape, leading: int = 2, kernel_first: bool = True):
     """Strided view of xp: leading axes, then kernel axes then output axes (kernel_first) or the reverse."""
     st = xp.strides
@@ -94,8 +110,8 @@ def windows(xp: np.ndarray, kernel, strides, dilations, out_shape, leading: int 
     o_shape = tuple(out_shape)
     o_st = tuple(s * t for s, t in zip(sp_st, strides))
     if kernel_first:
-        return as_strided(xp, lead_shape + k_shape + o_shape, lead_st + k_st + o_st, writeable=False)
-    return as_strided(xp, lead_shape + o_shape + k_shape, lead_st + o_st + k_st, writeable=False)
+        return strided_view(xp, lead_shape + k_shape + o_shape, lead_st + k_st + o_st)
+    return strided_view(xp, lead_shape + o_shape + k_shape, lead_st + o_st + k_st)
 
 
 def conv_out_shape(in_shape, kernel, strides, dilations, pb, pe, op: str) -> list[int]:

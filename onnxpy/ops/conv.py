@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from ..limits import check_alloc
 from ._common import F32 as _F32, text
@@ -21,6 +20,7 @@ from ._spatial import (
     pad_array,
     prod,
     spatial_attr,
+    strided_view,
     windows,
 )
 from . import _blas
@@ -651,15 +651,13 @@ def _depthwise2d_sop(x, w, B, pb, pe, strides, dilations, out_shape, wkey=(None,
         wt = _derived(("dw_sop_w", Wo, w.dtype.str), wkey[:1], lambda: np.ascontiguousarray(np.broadcast_to(
             w.reshape(C, KH, KW).transpose(1, 2, 0).astype(dt, copy=False)[:, :, None], (KH, KW, Wo, C))).reshape(
                 KH, KW, Wo * C))
-        win = as_strided(xp, (N, Ho, KH, KW, Wo * C), (s0, s1 * strides[0], s1 * dilations[0], s2 * dilations[1], s3),
-                         writeable=False)
+        win = strided_view(xp, (N, Ho, KH, KW, Wo * C), (s0, s1 * strides[0], s1 * dilations[0], s2 * dilations[1], s3))
         res = np.einsum("nhijm,ijm->nhm", win, wt, out=np.empty((N, Ho, Wo * C), dtype=dt)).reshape(N, Ho, Wo, C)
     else:
         wt = _derived(("dw_sop", w.dtype.str), wkey[:1],
                       lambda: np.ascontiguousarray(w.reshape(C, KH, KW).transpose(1, 2, 0).astype(dt, copy=False)))
-        win = as_strided(xp, (N, Ho, Wo, KH, KW, C),
-                         (s0, s1 * strides[0], s2 * strides[1], s1 * dilations[0], s2 * dilations[1], s3),
-                         writeable=False)
+        win = strided_view(xp, (N, Ho, Wo, KH, KW, C),
+                           (s0, s1 * strides[0], s2 * strides[1], s1 * dilations[0], s2 * dilations[1], s3))
         res = np.einsum("nhwijc,ijc->nhwc", win, wt, out=np.empty((N, Ho, Wo, C), dtype=dt))
     if B is not None:  # along the contiguous channel axis (a bias add in the transposing pass costs 2x the copy)
         res += B

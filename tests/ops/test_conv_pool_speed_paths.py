@@ -588,3 +588,21 @@ def test_depthwise_axpy_zero_coefficient_keeps_nan(monkeypatch):
     w[1, 0, 1, 1] = 0.5  # no zero: the saxpy path, inf propagated
     got = conv_mod.conv(x, w, None, group=3, pads=[1, 1, 1, 1])
     assert calls and np.isinf(got[0, 1, 5, 5])
+
+
+def test_strided_view_matches_as_strided():
+    from numpy.lib.stride_tricks import as_strided
+
+    from onnxpy.ops._spatial import strided_view
+    x = rand(2, 3, 9, 10)
+    s = x.strides
+    shape, strides = (2, 3, 7, 8, 3, 3), (s[0], s[1], s[2], s[3], s[2], s[3])
+    for src in (x, x[:, :, ::2], np.asfortranarray(x), x[:, 1:]):  # contiguous, strided, Fortran, offset view
+        st = src.strides
+        sh, stv = (2, src.shape[1], 2, 3, 2, 2), (st[0], st[1], st[2], st[3], st[2], st[3])
+        v = strided_view(src, sh, stv)
+        np.testing.assert_array_equal(v, as_strided(src, sh, stv))
+        assert not v.flags.writeable and np.shares_memory(v, src)
+    v = strided_view(x, shape, strides)
+    np.testing.assert_array_equal(v, as_strided(x, shape, strides))
+    assert not v.flags.writeable
