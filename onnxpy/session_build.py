@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -37,8 +38,7 @@ def _quiet_state():
 
 
 _QUIET = _quiet_state()
-
-
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 class SessionState:
@@ -263,12 +263,8 @@ class SessionState:
         quiet = _QUIET
         tok = quiet[0].set(quiet[1]) if quiet is not None else None  # (floating-point warnings off, as errstate)
         try:
-            if tok is None:
-                with np.errstate(all="ignore"), logging_utils.scope_for(self.options, None):
-                    outs = run_plan(self.plan, (), (), None, feeds)
-            else:
-                with logging_utils.scope_for(self.options, None):
-                    outs = run_plan(self.plan, (), (), None, feeds)
+            with np.errstate(all="ignore") if tok is None else _NO_CONTEXT, logging_utils.scope_for(self.options, None):
+                outs = run_plan(self.plan, (), (), None, feeds)
         finally:
             if tok is not None:
                 quiet[0].reset(tok)

@@ -428,7 +428,7 @@ def _fused_conv_specialize(consts, kwargs):
     generic = fused_conv
     W = consts[1]
     relu = activation == "Relu"
-    zero = W.dtype.type(0)  # (a scalar of the weights' type: numpy converts a Python 0 on every call)
+    zero = _fast.zero(W.dtype)
     clip_min = _fast.CLIP_MIN
 
     def run(X, Wr, B=None, Z=None):
@@ -437,7 +437,7 @@ def _fused_conv_specialize(consts, kwargs):
         y = fast(X, Wr, B) if B is not None else fast(X, Wr)
         if not y.flags.writeable:
             y = np.array(y, copy=True)
-        if relu and Z is None:  # (small outputs, silero-vad's: numpy's maximum directly, no helper call)
+        if relu and Z is None:  # (small outputs, silero-vad's, call numpy's maximum directly: ~1% of its run)
             return _fast.relu(y, y) if y.size >= clip_min else np.maximum(y, zero, out=y)
         return _fused_conv_tail(y, Z, X.dtype, activation, params)
 

@@ -19,7 +19,6 @@ from .shape import _range, unique
 from .tensor import trilu
 
 
-_s = text  # (attribute strings: bytes decoded)
 
 
 def _check_float(x, op, name="X", kinds=(np.float16, np.float32, np.float64)):
@@ -84,7 +83,7 @@ def inverse(X):
 @kernel("CDist", since=1, domain=MS_DOMAIN)
 def cdist(A, B, *, metric="sqeuclidean"):
     op = "CDist"
-    metric = _s(metric)
+    metric = text(metric)
     _check_float(A, op, "A", (np.float32, np.float64))
     if B.dtype != A.dtype:
         raise TypeError(f"{op}: A ({A.dtype}) and B ({B.dtype}) must have the same type")
@@ -127,9 +126,9 @@ def ms_grid_sample(X, Grid, *, align_corners=0, mode="bilinear", padding_mode="z
         raise ValueError(f"{op}: only 4-D input is supported, got shape {list(X.shape)}")
     if Grid.ndim != 4 or Grid.shape[-1] != 2:
         raise ValueError(f"{op}: Grid must have shape (N, H_out, W_out, 2), got {list(Grid.shape)}")
-    if _s(mode) not in ("bilinear", "nearest", "bicubic"):
-        raise ValueError(f"{op}: unsupported mode {_s(mode)!r}")
-    return _grid_sample(X, Grid, _s(mode), _s(padding_mode), int(align_corners), op)
+    if text(mode) not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"{op}: unsupported mode {text(mode)!r}")
+    return _grid_sample(X, Grid, text(mode), text(padding_mode), int(align_corners), op)
 
 
 # ----------------------------------------------------------------------------------------------- CropAndResize
@@ -149,7 +148,7 @@ def _crop_coords(lo, hi, size, crop):
 @kernel("CropAndResize", since=1, domain=MS_DOMAIN)
 def crop_and_resize(X, rois, batch_indices, crop_size, *, extrapolation_value=0.0, mode="bilinear"):
     op = "CropAndResize"
-    mode = _s(mode)
+    mode = text(mode)
     if mode not in ("bilinear", "nearest"):
         raise ValueError(f"{op}: mode must be 'bilinear' or 'nearest', got {mode!r}")
     _check_float(X, op)

@@ -76,7 +76,6 @@ def set_block_size(b: int | None) -> None:
     _block_size = None if b is None else int(b)
 
 
-_s = text  # (attribute strings: bytes decoded)
 
 
 def _padded(c: int, b: int) -> int:
@@ -156,7 +155,7 @@ def _unblock_filter(W: np.ndarray, b: int, both: bool) -> np.ndarray:
 def _activation(y: np.ndarray, name, params) -> np.ndarray:
     if name is None:
         return y
-    name = _s(name)
+    name = text(name)
     p = [float(v) for v in (params or [])]
     if name in ("", "Identity"):
         return y
@@ -273,8 +272,8 @@ def nchwc_upsample(X, *, coordinate_transformation_mode="asymmetric", mode="near
         raise ValueError(f"{op}: scales {sc} must have one value per axis of the rank-{X.ndim} input")
     if sc[0] != 1 or sc[1] != 1 or any(v < 1 for v in sc):
         raise ValueError(f"{op}: scales {sc} must be 1 on N and C and positive elsewhere")
-    mode = _s(mode)
-    ctm = _s(coordinate_transformation_mode)
+    mode = text(mode)
+    ctm = text(coordinate_transformation_mode)
     if mode == "nearest":
         y = X
         for a in range(2, X.ndim):

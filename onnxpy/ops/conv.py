@@ -970,8 +970,7 @@ def _spec_conv(consts, kwargs):
     if (type(W) is not np.ndarray or W.ndim not in (3, 4) or W.dtype not in (_F32, _F64) or B is NOT_CONST
             or B is not None and (type(B) is not np.ndarray or B.dtype != W.dtype or B.size != W.shape[0])):
         return None
-    auto_pad = kwargs.get("auto_pad", "NOTSET")
-    auto_pad = text(auto_pad) or "NOTSET"
+    auto_pad = text(kwargs.get("auto_pad")) or "NOTSET"
     if W.ndim == 3:
         return _spec_conv1d(W, B, auto_pad, kwargs)
     group = int(kwargs.get("group", 1))

@@ -10,7 +10,6 @@ from ._common import text
 from .registry import kernel
 
 
-_s = text  # (attribute strings: bytes decoded)
 
 
 def _scalar(v, default, dtype, op, name):
@@ -126,7 +125,7 @@ def _roi_align(X, rois, batch_indices, *, mode, output_height, output_width, sam
         raise ValueError(f"{op}: batch_indices has {bidx.size} values for {rois.shape[0]} rois")
     if bidx.size and (bidx.min() < 0 or bidx.max() >= X.shape[0]):
         raise ValueError(f"{op}: batch_indices out of range [0, {X.shape[0]})")
-    mode = _s(mode)
+    mode = text(mode)
     if mode not in ("avg", "max"):
         raise ValueError(f"{op}: unsupported mode {mode!r}")
     N, C, H, W = X.shape
@@ -188,7 +187,7 @@ def roi_align_10(X, rois, batch_indices, *, mode="avg", output_height=1, output_
 @kernel("RoiAlign", since=(16, 22))
 def roi_align(X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg", output_height=1,
               output_width=1, sampling_ratio=0, spatial_scale=1.0):
-    ctm = _s(coordinate_transformation_mode)
+    ctm = text(coordinate_transformation_mode)
     if ctm not in ("half_pixel", "output_half_pixel"):
         raise ValueError(f"RoiAlign: unsupported coordinate_transformation_mode {ctm!r}")
     return _roi_align(X, rois, batch_indices, mode=mode, output_height=output_height, output_width=output_width,

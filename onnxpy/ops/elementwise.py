@@ -261,10 +261,8 @@ def _need_inputs(op, xs):
 @kernel("Max", (1, 6, 8, 12, 13))
 def max_(*xs):
     if len(xs) == 2:
-        a, b = xs
-        r = _fast.bound(a, b, False) if type(a) is np.ndarray and (b.size < a.size or b.ndim < a.ndim) else \
-            _fast.bound(b, a, False) if type(b) is np.ndarray and a.size < b.size else None
-        return np.maximum(a, b) if r is None else r
+        r = _fast.bound(xs[0], xs[1], False)
+        return np.maximum(xs[0], xs[1]) if r is None else r
     _need_inputs("Max", xs)
     r = xs[0]
     for x in xs[1:]:
@@ -275,10 +273,8 @@ def max_(*xs):
 @kernel("Min", (1, 6, 8, 12, 13))
 def min_(*xs):
     if len(xs) == 2:
-        a, b = xs
-        r = _fast.bound(a, b, True) if type(a) is np.ndarray and (b.size < a.size or b.ndim < a.ndim) else \
-            _fast.bound(b, a, True) if type(b) is np.ndarray and a.size < b.size else None
-        return np.minimum(a, b) if r is None else r
+        r = _fast.bound(xs[0], xs[1], True)
+        return np.minimum(xs[0], xs[1]) if r is None else r
     _need_inputs("Min", xs)
     r = xs[0]
     for x in xs[1:]:

@@ -229,10 +229,8 @@ def _conv_shuffle_specialize(consts, kwargs):
         return None
     G = int(kwargs.get("group", 1))
     M, Cg = W.shape[:2]
-    auto_pad = kwargs.get("auto_pad", "NOTSET")
-    auto_pad = text(auto_pad) or "NOTSET"
-    act = kwargs.get("activation", "") or ""
-    act = text(act)
+    auto_pad = text(kwargs.get("auto_pad")) or "NOTSET"
+    act = text(kwargs.get("activation")) or ""
     params = list(kwargs.get("activation_params") or [])
     if (G < 2 or M % G or auto_pad not in ("NOTSET", "VALID") or any(kwargs.get("pads") or ())
             or any(int(v) != 1 for v in kwargs.get("strides") or ()) or any(int(v) != 1 for v in

@@ -16,7 +16,6 @@ _CTMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corn
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 
 
-_s = text  # (attribute strings: bytes decoded)
 
 
 def _is_float(dt) -> bool:
@@ -211,7 +210,7 @@ def _resize(X, roi, scales, sizes, *, mode, ctm, cubic_a, exclude_outside, extra
     op = "Resize"
     X = np.asarray(X)
     r = X.ndim
-    mode, ctm, nearest_mode, policy = _s(mode), _s(ctm), _s(nearest_mode), _s(policy)
+    mode, ctm, nearest_mode, policy = text(mode), text(ctm), text(nearest_mode), text(policy)
     if mode not in ("nearest", "linear", "cubic"):
         raise ValueError(f"{op}: unsupported mode {mode!r}")
     if ctm not in _CTMS:
@@ -340,7 +339,7 @@ def resize(X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None, coor
 
 
 def _upsample(X, scales, mode):
-    mode = _s(mode)
+    mode = text(mode)
     if mode == "bilinear":
         mode = "linear"
     if mode not in ("nearest", "linear"):
@@ -402,7 +401,7 @@ def _bound_coords(x, size, padding, align_corners):
 def _grid_sample(X, grid, mode, padding_mode, align_corners, op):
     X = np.asarray(X)
     grid = np.asarray(grid)
-    mode, padding_mode = _s(mode), _s(padding_mode)
+    mode, padding_mode = text(mode), text(padding_mode)
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     if mode not in ("linear", "nearest", "cubic"):
         raise ValueError(f"{op}: unsupported mode {mode!r}")

@@ -329,8 +329,8 @@ def _max_pool_2x2s2(x, out):
     Ho, Wo = out
     res = np.empty((N, C, Ho, Wo), dtype=x.dtype)
     step = max(1, min(C, _MAXPOOL_BLOCK_BYTES // max(1, 4 * Ho * 4 * Wo)))
-    m = np.empty(step * Ho * 2 * Wo + 2, dtype=x.dtype)  # (+2: the neighbour pass's last pair stays in bounds)
-    q = np.empty_like(m)
+    m = np.empty(step * Ho * 2 * Wo, dtype=x.dtype)
+    q = np.empty_like(m)  # (its last element, the high half of the last pair, is never set: the conversion drops it)
     for n in range(N):
         for c0 in range(0, C, step):
             c1 = min(C, c0 + step)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.model import Node
+from ..ops._common import text
 from .fusions import MS, AnchoredFusion, SweepPass, _is
 
 DOMAIN = "ai.onnxpy"
@@ -258,14 +259,12 @@ def _const_conv(n, g):
         return None
     if set(n.attrs) - set(_CONV_ATTRS) - ({"activation", "activation_params"} if fused else set()):
         return None
-    act = n.attrs.get("activation", "")
-    act = act.decode() if isinstance(act, bytes) else act
+    act = text(n.attrs.get("activation", ""))
     return w, bv, act, tuple(float(v) for v in n.attrs.get("activation_params", ()))
 
 
 def _auto_pad(a) -> str:
-    ap = a.get("auto_pad", "NOTSET")
-    return ap.decode() if isinstance(ap, bytes) else ap
+    return text(a.get("auto_pad", "NOTSET"))
 
 
 def _pointwise_conv(n, g):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops._common import text
 from .fusions import SweepPass, _is
 from .graph_types import _const, declared_dims, value_ranks
 from .graph_utils import consumers, graph_output_names
@@ -147,8 +148,7 @@ class ConvInputAffineFusion(SweepPass):
         if w is None or w.dtype.kind != "f" or w.dtype.itemsize < 4 or (len(conv.inputs) > 2 and conv.inputs[2]
                                                                           and b0 is None):
             return False
-        auto_pad = conv.attrs.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        auto_pad = text(conv.attrs.get("auto_pad", "NOTSET"))
         if auto_pad not in ("NOTSET", "VALID") or any(int(p) for p in conv.attrs.get("pads", []) or []):
             return False
         group = int(conv.attrs.get("group", 1))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.model import Node
+from ..ops._common import text
 from .fusions import SweepPass, _is
 from .graph_types import _const, _ints, elem_types
 
@@ -135,8 +136,7 @@ class PadConvFusion(SweepPass):
         pad = src
         if not _is(pad, "Pad") or len(pad.outputs) != 1 or not m.single_use(pad.outputs[0]) or not pad.inputs[0]:
             return False
-        mode = pad.attrs.get("mode", "constant")
-        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        mode = text(pad.attrs.get("mode", "constant"))
         if opset >= 11:
             pads = _const_ints(g, pad.inputs[1]) if len(pad.inputs) > 1 else None
             value = _const_scalar(g, pad.inputs[2] if len(pad.inputs) > 2 else "")
@@ -262,8 +262,7 @@ def _grouped_pointwise(n, g):
         return None
     a = n.attrs
     G = int(a.get("group", 1))
-    pad = a.get("auto_pad", "NOTSET")
-    pad = pad.decode() if isinstance(pad, bytes) else pad
+    pad = text(a.get("auto_pad", "NOTSET"))
     if (G < 2 or w.shape[0] % G or pad not in ("NOTSET", "VALID", "") or any(a.get("pads") or ())
             or any(int(v) != 1 for v in list(a.get("strides") or ()) + list(a.get("dilations") or ()))):
         return None
