@@ -268,11 +268,12 @@ SUPPORTED_CONFIG_KEYS = {
     "session.optimized_model_external_initializers_min_size_in_bytes",
     "session.max_tensor_bytes",
     "session.max_loop_iterations",
+    "session.disable_prepacking",
 }
 
 # onnxruntime keys that are accepted and have no effect here (native threading, allocators, EPs, ORT format).
 IGNORED_ORT_CONFIG_KEYS = {
-    "session.disable_prepacking", "session.use_env_allocators", "session.load_model_format",
+    "session.use_env_allocators", "session.load_model_format",
     "session.save_model_format", "session.set_denormal_as_zero", "session.disable_quant_qdq",
     "session.disable_double_qdq_remover", "session.enable_quant_qdq_cleanup", "session.disable_aot_function_inlining",
     "optimization.enable_gelu_approximation", "optimization.enable_cast_chain_elimination",

@@ -89,8 +89,12 @@ class SessionState:
 
             self.profiler = Profiler(options.profile_file_prefix, source)
         custom = dict(getattr(options, "_custom_ops", {}))
-        self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
-                               function_expander=make_function_expander(_subgraph_runner))
+        from .ops._packed import prepacking
+
+        self.prepack = options._config.get("session.disable_prepacking", "0") != "1"
+        with prepacking(self.prepack):
+            self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
+                                   function_expander=make_function_expander(_subgraph_runner))
         self.shrink_arena = not getattr(options, "enable_cpu_mem_arena", True)
         self.heap_tuned = tune_heap()  # the arena's memory goes back when the session is deleted
 
@@ -369,8 +373,11 @@ class SessionState:
         nodes.reverse()
         outs = [next(v for v in g.outputs if v.name == n) for n in names]
         sub = Graph(g.name, nodes, [v for v in g.inputs if v.name in need], outs, g.initializers, g.value_info)
-        plan = build_plan(sub, self.model.opsets, _subgraph_runner, custom_ops=dict(self.options._custom_ops),
-                          function_expander=make_function_expander(_subgraph_runner))
+        from .ops._packed import prepacking
+
+        with prepacking(self.prepack):
+            plan = build_plan(sub, self.model.opsets, _subgraph_runner, custom_ops=dict(self.options._custom_ops),
+                              function_expander=make_function_expander(_subgraph_runner))
         if len(self._fetch_plans) < 32:
             self._fetch_plans[names] = plan
         return plan

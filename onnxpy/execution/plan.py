@@ -426,6 +426,7 @@ class Planner:
 
         raw_steps = []
         produced = set(slots)
+        uses = _initializer_uses(g)
         for idx, node in topological_order(g, set(slots)):
             ins = []
             for x in node.inputs:
@@ -440,6 +441,7 @@ class Planner:
             spec = getattr(fn, "_onnxpy_spec", None)
             if spec is not None:
                 fn = _specialize(fn, spec, ins, const_vals, dynamic)
+                _release_packed(fn, ins, names, uses, const_vals, dynamic, g)
                 # a plan-time form marked ``donates`` takes ``_donated`` itself (see the in-place donation notes)
                 dk = (fn, {}) if getattr(fn, "donates", False) else None
             if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
@@ -558,6 +560,58 @@ class _Specializable:
         return self.fn(*args)
 
 
+def _initializer_uses(g: Graph) -> dict:
+    """How many times each initializer of ``g`` is read: node inputs, subgraphs' free names, graph outputs."""
+    inits = g.initializers
+    uses: dict = {}
+    for node in g.nodes:
+        for x in node.inputs:
+            if x in inits:
+                uses[x] = uses.get(x, 0) + 1
+        for v in node.attrs.values():
+            if isinstance(v, Graph):
+                for x in graph_free_names(v):
+                    if x in inits:
+                        uses[x] = uses.get(x, 0) + 1
+    for v in g.outputs:
+        if v.name in inits:
+            uses[v.name] = uses.get(v.name, 0) + 1
+    return uses
+
+
+def _release_packed(fn, ins, names, uses, const_vals, dynamic, g) -> None:
+    """A plan-time form that packed constant weights (``ops._packed``) names them in ``releases`` (input positions):
+    each one read by this node only is replaced -- in the plan and in the graph -- by a stand-in that holds no data,
+    so the original's memory goes (the packed copy takes its place).  A later plan of the same graph (a fetch of
+    some outputs) maps the stand-in back to the packed weight."""
+    rel = getattr(fn, "releases", None)
+    if not rel:
+        return
+    from ..ops import _packed
+
+    for pos in rel:
+        if pos >= len(ins):
+            continue
+        s = ins[pos]
+        name = names[s] if s != SINK else ""
+        if not name or uses.get(name) != 1 or s in dynamic or s not in const_vals or name not in g.initializers:
+            continue
+        st = _packed.standin(const_vals[s])
+        if st is not None:
+            const_vals[s] = st
+            g.initializers[name] = st
+
+
+def _with_real_weights(fn):
+    """``fn`` called with any stand-in argument (a released packed weight) replaced by the weight itself."""
+    from ..ops import _packed
+
+    def call(*args):
+        return fn(*[_packed.real(a) for a in args])
+
+    return call
+
+
 def _specialize(fn, spec, ins, const_vals, dynamic):
     """The step callable of a kernel with a ``specialize`` hook.
 
@@ -575,7 +629,14 @@ def _specialize(fn, spec, ins, const_vals, dynamic):
     except Exception:  # noqa: BLE001 - a hook that trips keeps the generic kernel (errors are reported at run time)
         _log.debug("specialize hook failed", exc_info=True)
         fast = None
-    return fast if fast is not None else fn.fn
+    if fast is not None:
+        return fast
+    if any(type(c) is np.ndarray and c.strides and not any(c.strides) and c.size > 1 for c in consts):
+        from ..ops import _packed
+
+        if any(_packed.is_standin(c) for c in consts):  # (a released weight: the generic kernel needs its data)
+            return _with_real_weights(fn.fn)
+    return fn.fn
 
 
 def _donor(st: Step, dk):

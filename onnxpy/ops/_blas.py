@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "axpy_function", "sgemm", "transpose_available", "transpose_into"]
+__all__ = ["available", "axpy_function", "library", "sgemm", "transpose_available", "transpose_into"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
@@ -31,6 +31,7 @@ _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
 _omat = None  # the bound cblas_somatcopy of the same library (None: not looked up yet, False: none)
 _axpy = None  # the bound cblas_saxpy of the same library (likewise)
+_lib = [None]  # the library those came from (a ctypes.CDLL)
 
 
 def _bind():
@@ -51,6 +52,7 @@ def _bind():
             f.restype = None
             _omat = _bind_omatcopy(lib, name, itype)
             _axpy = _bind_axpy(lib, name, itype)
+            _lib[0] = lib
             return f
     return None
 
@@ -140,6 +142,11 @@ def sgemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
     if m and n:
         _fn(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, float(beta),
             c.ctypes.data, ldc)
+
+
+def library():
+    """The ctypes handle of the BLAS library whose checked ``cblas_sgemm`` is bound, or None."""
+    return _lib[0] if available() else None
 
 
 def axpy_function():

@@ -13,7 +13,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
-from . import _blas
+from . import _blas, _packed
 from ._ew_math import to_f32 as _act_f32
 from ._shape_util import NOT_CONST
 from .registry import kernel
@@ -91,6 +91,34 @@ def matmul(A, B):
         return _matmul(A, B)
     except ValueError:
         return _mm("MatMul", A, B)  # raises with a clear message
+
+
+def _matmul_specialize(consts, kwargs):
+    """A constant float32 2-D B of at least ``_packed._MIN_ELEMENTS`` elements: packed once for OpenBLAS's kernel
+    (``ops._packed``; the plan releases the original), each call packing only A's rows."""
+    if len(consts) != 2:
+        return None
+    b = consts[1]
+    pw = _packed.pack(b)
+    if pw is None:
+        return None
+    K, N = b.shape
+
+    def run(A, B):
+        if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != K:
+            return matmul(A, _packed.real(B))
+        return _packed.matmul(A.reshape(-1, K), pw).reshape(A.shape[:-1] + (N,))
+
+    run.releases = (1,)
+    return run
+
+
+matmul.specialize = _matmul_specialize
+
+
+def _packed_rows(a: np.ndarray, pw, c=None) -> np.ndarray:
+    """a (..., K) @ the packed (K, N) weight (+ c): a fresh (..., N) float32 result."""
+    return _packed.matmul(a.reshape(-1, pw.K), pw, c).reshape(a.shape[:-1] + (pw.N,))
 
 
 def _mm_rows(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
@@ -208,10 +236,21 @@ def _matmul_bias_specialize(consts, kwargs):
     dt = w.dtype
     if w.ndim != 2 or c.dtype != dt or dt.kind != "f" and dt not in _LOW_FLOATS:
         return None
+    generic = _matmul_bias_generic
+    pw = _packed.pack(w) if dt == _F32 and c.ndim <= 1 and c.size in (1, w.shape[1]) else None
+    if pw is not None:  # packed once for OpenBLAS's kernel (ops._packed); the plan releases the original
+        K = w.shape[0]
+
+        def run_packed(A, B, bias):
+            if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != K or bias is not c:
+                return generic(A, _packed.real(B), bias)
+            return _packed_rows(A, pw, c)
+
+        run_packed.releases = (1,)
+        return run_packed
     low = dt in _LOW_FLOATS
     w_c = np.array(w, _F32, order="K") if low else w  # (a Fortran-ordered weight stays so: see matmul_w)
     c_c = c.astype(_F32) if low else c
-    generic = _matmul_bias_generic
 
     def run(A, B, bias):
         if type(A) is not np.ndarray or A.dtype != dt or A.ndim == 0 or A.shape[-1] != w_c.shape[0]:
@@ -287,7 +326,7 @@ def _gemm_specialize(consts, kwargs):
     if len(consts) < 2:
         return None
     b = consts[1]
-    c = consts[2] if len(consts) > 2 else None
+    c = c0 = consts[2] if len(consts) > 2 else None
     if type(b) is not np.ndarray or b.ndim != 2 or b.dtype not in (_F32, _F64) or c is NOT_CONST:
         return None
     alpha, beta = float(kwargs.get("alpha", 1.0)), float(kwargs.get("beta", 1.0))
@@ -303,6 +342,16 @@ def _gemm_specialize(consts, kwargs):
             return None
     else:
         c = None
+    pw = _packed.pack(b, bool(transB))
+    if pw is not None:  # packed once for OpenBLAS's kernel (ops._packed); the plan releases the original
+
+        def run_packed(A, B, C=None):
+            if type(A) is not np.ndarray or A.dtype != dt or A.ndim != 2 or A.shape[1] != K or C is not c0:
+                return _gemm(A, _packed.real(B), C, alpha, beta, transA, transB)
+            return _packed.matmul(A, pw, c)
+
+        run_packed.releases = (1,)
+        return run_packed
 
     def run(A, B, C=None):
         if type(A) is not np.ndarray or A.dtype != dt or A.ndim != 2 or A.shape[1] != K:

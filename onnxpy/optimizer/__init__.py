@@ -168,7 +168,8 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         model.applied_passes = dict(ctx.applied)
     user = {id(ov._value) for ov in getattr(options, "_initializers", {}).values()} if options is not None else set()
     if chosen and level >= 99:
-        _fortran_weights(model.graph, user, source)
+        prepack = options is None or options._config.get("session.disable_prepacking", "0") != "1"
+        _fortran_weights(model.graph, user, source, prepack)
     _freeze(model.graph, user)
     path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
     if path:
@@ -185,20 +186,23 @@ _FORTRAN_FF = ("ai.onnxpy", "FeedForward")  # (its weights are inputs 1 and 3)
 _FORTRAN_MIN = 1 << 16  # elements
 
 
-def _fortran_weights(g: Graph, user: set, source: Graph) -> None:
+def _fortran_weights(g: Graph, user: set, source: Graph, prepack: bool = True) -> None:
     """Level 99 layout (like onnxruntime's weight pre-packing at that level): a large 2-D float weight that only
     MatMulBias / MatMulBiasGelu / Gemm (transB=0) read, as their B (FeedForward: either weight), is stored in
     Fortran order -- the same values, in the layout whose transpose is C-contiguous, which their GEMMs run fastest
     (ops/linalg.py ``matmul_w``).  The
     array replaces the original -- in the unoptimized ``source`` graph too, which shares it (equal values, so
     nothing observable changes there) -- so memory does not grow; weights a feed may override, graph outputs and
-    values that subgraphs read keep their layout."""
+    values that subgraphs read keep their layout.  Weights the plan will pack for OpenBLAS's kernel (``ops._packed``)
+    are left as they are (packing reads either layout; the copy would only cost time)."""
+    from ..ops import _packed
+
     readers = consumers(g)  # (a value a subgraph reads counts as read by the If/Loop/Scan node: not eligible)
     skip = {v.name for v in g.inputs} | {v.name for v in g.outputs}
     for name in list(g.initializers):  # (names only: a list of the arrays would keep every original alive)
         arr = g.initializers[name]
         if (type(arr) is not np.ndarray or arr.ndim != 2 or arr.size < _FORTRAN_MIN or arr.flags.f_contiguous
-                or arr.dtype.kind != "f" or name in skip or id(arr) in user):
+                or arr.dtype.kind != "f" or name in skip or id(arr) in user or prepack and _packed.will_pack(arr)):
             continue
         rs = readers.get(name)
         if rs and all(n.inputs.count(name) == 1 and _fortran_reader(n, name) for n in rs):

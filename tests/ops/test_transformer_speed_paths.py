@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpy
 from onnxpy.ops import _ew_math as em
+from onnxpy.ops import _packed
 from onnxpy.ops import contrib_fused as cf
 from onnxpy.ops import contrib_transformer as ct
 from onnxpy.ops import linalg
@@ -552,7 +553,9 @@ def test_level99_fortran_weights(shared, as_input):
     another op also reads, or one a feed may override, keeps its layout; results match onnxruntime."""
     model = _linear_model(shared, as_input)
     x = _rng(6).standard_normal((128, 384)).astype(np.float32)
-    sess = onnxpy.InferenceSession(model)
+    nopack = onnxpy.SessionOptions()  # (weights the plan packs for OpenBLAS's kernel keep their layout: see below)
+    nopack.add_session_config_entry("session.disable_prepacking", "1")
+    sess = onnxpy.InferenceSession(model, nopack)
     inits = sess._state.plan.graph.initializers
     assert inits["W1"].flags.f_contiguous is not shared
     assert inits["W2"].flags.f_contiguous is not as_input
@@ -560,6 +563,13 @@ def test_level99_fortran_weights(shared, as_input):
     for got, exp in zip(sess.run(None, {"x": x}), want):
         assert got.flags.c_contiguous
         np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-4)
+    if _packed.available():  # packed: not copied to Fortran order first; a weight only its GEMM reads is released
+        packed = onnxpy.InferenceSession(model)
+        inits = packed._state.plan.graph.initializers
+        assert _packed.is_standin(inits["W1"]) is not shared and not inits["W1"].flags.f_contiguous
+        assert not _packed.is_standin(inits["W2"]) if as_input else _packed.is_standin(inits["W2"])
+        for got, exp in zip(packed.run(None, {"x": x}), want):
+            np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-4)
     so = onnxpy.SessionOptions()
     so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     plain = onnxpy.InferenceSession(model, so)
@@ -615,7 +625,9 @@ def test_level99_fortran_weights_replace_the_shared_original():
 
     model = load_model(_linear_model(False, False))
     before = model.graph.initializers["W1"]
-    opt = optimize(model, onnxpy.SessionOptions())
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")  # (else W1 is left for the plan to pack)
+    opt = optimize(model, so)
     after = opt.graph.initializers["W1"]
     assert after.flags.f_contiguous and np.array_equal(after, before)
     # the loaded model now holds the same memory (equal values: its content is unchanged), not the original

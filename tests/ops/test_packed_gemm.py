@@ -1,0 +1,182 @@
+"""Constant GEMM weights packed once for OpenBLAS's micro-kernel (ops/_packed.py): products against float64 numpy for
+every blocking edge and thread count, the exact unpacking, stand-ins that replace released originals in the plan, the
+session paths (MatMul, Gemm, MatMulBias, FeedForward) against onnxruntime, fetches of part of the outputs, weights
+that are shared, fed or not finite, session.disable_prepacking, and concurrent runs."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpy
+from onnxpy.ops import _packed
+
+pytestmark = pytest.mark.skipif(not _packed.available(), reason="packed GEMMs need numpy's OpenBLAS on Linux x86-64")
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("R,K,N", [(1, 1024, 1000), (3, 256, 300), (16, 384, 256), (17, 800, 129), (300, 500, 300),
+                                   (600, 390, 260), (128, 768, 3072), (0, 512, 256), (5, 1, 70000)])
+@pytest.mark.parametrize("threads", [None, 1, 2, 3])
+def test_packed_product(R, K, N, threads):
+    w = RNG.standard_normal((K, N)).astype(np.float32)
+    x = RNG.standard_normal((R, K)).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    for src in (w, np.asfortranarray(w)):
+        pw = _packed.PackedWeight(src)
+        want = x.astype(np.float64) @ w.astype(np.float64)
+        got = _packed.matmul(x, pw, threads=threads)
+        assert got.shape == (R, N) and got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+        np.testing.assert_allclose(_packed.matmul(x, pw, b, threads=threads), want + b, rtol=1e-4,
+                                   atol=1e-4 * np.sqrt(K))
+    # the thread count does not change a single bit (each output is summed by one thread, in one order)
+    assert np.array_equal(_packed.matmul(x, pw, threads=1), _packed.matmul(x, pw, threads=3))
+
+
+def test_unpack_is_exact_and_stand_in_maps_back():
+    w = RNG.standard_normal((300, 400)).astype(np.float32)
+    w[3, 5] = 0.0
+    pw = _packed.pack(w)
+    assert pw is _packed.pack(w)  # once per array
+    assert np.array_equal(_packed._unpack(pw), w)
+    s = _packed.standin(w)
+    assert s.shape == w.shape and s.dtype == w.dtype and not any(s.strides) and not s.flags.writeable
+    assert _packed.is_standin(s) and not _packed.is_standin(w)
+    assert _packed.pack(s) is pw and np.array_equal(_packed.real(s), w) and _packed.real(w) is w
+    t = _packed.pack(s, transposed=True)  # the other orientation, from the recovered weight
+    assert np.array_equal(_packed._unpack(t), w.T)
+
+
+def test_not_packed():
+    assert _packed.pack(RNG.standard_normal((100, 100)).astype(np.float32)) is None  # small: numpy's product
+    assert _packed.pack(RNG.standard_normal((300, 300))) is None  # float64
+    bad = RNG.standard_normal((300, 300)).astype(np.float32)
+    bad[1, 2] = np.inf
+    assert _packed.pack(bad) is None  # (its identity product would turn the inf into NaN)
+    with _packed.prepacking(False):
+        assert _packed.pack(RNG.standard_normal((300, 300)).astype(np.float32)) is None
+    assert _packed.standin(RNG.standard_normal((300, 300)).astype(np.float32)) is None  # never packed
+
+
+def _model(kind, K=384, N=512, shared=False, fed=False):
+    w = (RNG.standard_normal((K, N)) * 0.05).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")]
+    if kind == "matmul":
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["y"])]
+    elif kind == "matmul_add":  # -> MatMulBias at level 99
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    elif kind == "gemm_t":
+        inits[0] = numpy_helper.from_array(np.ascontiguousarray(w.T), "W")
+        nodes = [helper.make_node("Gemm", ["x2", "W", "b"], ["y2"], transB=1),
+                 helper.make_node("Reshape", ["y2", "shp"], ["y"])]
+        inits.append(numpy_helper.from_array(np.array([1, -1, N], np.int64), "shp"))
+    else:  # ffn: MatMul+Add, Gelu, MatMul+Add -> FeedForward at level 99
+        w2 = (RNG.standard_normal((N, K)) * 0.05).astype(np.float32)
+        inits += [numpy_helper.from_array(w2, "W2"), numpy_helper.from_array(RNG.standard_normal(K).astype(np.float32),
+                                                                              "b2")]
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"]),
+                 helper.make_node("Gelu", ["h"], ["g"]), helper.make_node("MatMul", ["g", "W2"], ["m2"]),
+                 helper.make_node("Add", ["m2", "b2"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", K])]
+    if kind == "gemm_t":
+        nodes.insert(0, helper.make_node("Reshape", ["x", "flat"], ["x2"]))
+        inits.append(numpy_helper.from_array(np.array([-1, K], np.int64), "flat"))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if shared:  # W also read by a second node: packed but not released
+        nodes.append(helper.make_node("ReduceSum", ["W"], ["wsum"], keepdims=0))
+        outs.append(helper.make_tensor_value_info("wsum", TensorProto.FLOAT, None))
+    if fed:
+        ins.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, list(numpy_helper.to_array(inits[0]).shape)))
+    opset = 20 if kind == "ffn" else 17
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["matmul", "matmul_add", "gemm_t", "ffn"])
+@pytest.mark.parametrize("rows", [1, 7, 128])
+def test_session_paths_against_onnxruntime(kind, rows):
+    data = _model(kind)
+    x = RNG.standard_normal((1, rows, 384)).astype(np.float32)
+    sess = onnxpy.InferenceSession(data)
+    got = sess.run(None, {"x": x})[0]
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    inits = sess._state.plan.graph.initializers
+    assert _packed.is_standin(inits["W"])  # released: the packed copy took its place
+    if kind == "ffn":
+        assert _packed.is_standin(inits["W2"])
+    # no prepacking: the original stays, same values
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    plain = onnxpy.InferenceSession(data, so)
+    assert not _packed.is_standin(plain._state.plan.graph.initializers["W"])
+    np.testing.assert_allclose(plain.run(None, {"x": x})[0], got, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["matmul", "matmul_add", "gemm_t"])
+def test_unusual_inputs_take_the_generic_kernel_with_the_real_weight(kind):
+    """A feed of the wrong width reaches the generic kernel with the weight recovered from its packed form: the same
+    error as without packing (no product with the stand-in's zeros)."""
+    data = _model(kind)
+    sess = onnxpy.InferenceSession(data)
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    plain = onnxpy.InferenceSession(data, so)
+    bad = RNG.standard_normal((1, 3, 200)).astype(np.float32)
+    with pytest.raises(Exception) as e1:
+        sess.run(None, {"x": bad})
+    with pytest.raises(Exception) as e2:
+        plain.run(None, {"x": bad})
+    assert type(e1.value) is type(e2.value) and str(e1.value) == str(e2.value)
+
+
+def test_fetching_part_of_the_outputs_reuses_the_packed_weight():
+    data = _model("matmul_add", shared=True)
+    x = RNG.standard_normal((1, 9, 384)).astype(np.float32)
+    sess = onnxpy.InferenceSession(data)
+    inits = sess._state.plan.graph.initializers
+    assert not _packed.is_standin(inits["W"])  # read twice: kept
+    full = sess.run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(["y"], {"x": x})[0], full[0], rtol=0, atol=0)
+    np.testing.assert_allclose(sess.run(["wsum"], {"x": x})[0], full[1], rtol=0, atol=0)
+    single = onnxpy.InferenceSession(_model("matmul"))
+    y = single.run(None, {"x": x})[0]
+    assert np.array_equal(single.run(["y"], {"x": x})[0], y)  # a fetch plan built over the stand-in
+
+
+def test_fed_weight_is_not_packed():
+    data = _model("matmul", fed=True)
+    sess = onnxpy.InferenceSession(data)
+    assert not _packed.is_standin(sess._state.plan.graph.initializers["W"])
+    x = RNG.standard_normal((1, 4, 384)).astype(np.float32)
+    w = RNG.standard_normal((384, 512)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "W": w})[0], x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_runs_give_identical_results():
+    sess = onnxpy.InferenceSession(_model("ffn"))
+    xs = [RNG.standard_normal((1, 64, 384)).astype(np.float32) for _ in range(4)]
+    want = [sess.run(None, {"x": x})[0] for x in xs]
+    out = [None] * 4
+
+    def work(i):
+        for _ in range(5):
+            out[i] = sess.run(None, {"x": xs[i]})[0]
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert all(np.array_equal(o, w) for o, w in zip(out, want))
+
+
+def test_packed_gemm_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("ONNXPY_PACKED_GEMM", "0")
+    assert _packed._bind() is None
