@@ -248,6 +248,18 @@ _pool_lock = threading.Lock()  # (guards the list)
 _pool_acquire = threading.Lock()  # held by the product using the helpers
 
 
+def _after_fork() -> None:
+    """In a forked child the helper threads are gone (and a lock may have been held): start afresh."""
+    global _pool_lock, _pool_acquire
+    _helpers.clear()
+    _pool_lock = threading.Lock()
+    _pool_acquire = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def _blas_threads() -> int:
     from ..execution.threads import get_blas_threads
 
@@ -415,9 +427,17 @@ def is_standin(a) -> bool:
 
 
 def _unpack(pw: PackedWeight) -> np.ndarray:
-    """The (K, N) weight back from its packed form: the identity times the weight (exact for finite weights, up to the
-    sign of zeros)."""
-    return matmul(np.eye(pw.K, dtype=_F32), pw, threads=1)
+    """The (K, N) weight back from its packed form: the identity times the weight, in blocks of its rows (exact for
+    finite weights, up to the sign of zeros)."""
+    K = pw.K
+    out = np.empty((K, pw.N), dtype=_F32)
+    step = max(1, min(K, (1 << 20) // max(1, K)))
+    for r0 in range(0, K, step):
+        r1 = min(K, r0 + step)
+        eye = np.zeros((r1 - r0, K), dtype=_F32)
+        eye[np.arange(r1 - r0), np.arange(r0, r1)] = 1
+        out[r0:r1] = matmul(eye, pw, threads=1)
+    return out
 
 
 def real(a):

@@ -180,3 +180,32 @@ def test_concurrent_runs_give_identical_results():
 def test_packed_gemm_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ONNXPY_PACKED_GEMM", "0")
     assert _packed._bind() is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_child_runs_packed_products():
+    """A child forked after the helper threads started gets its own (no job is left for a thread that is gone)."""
+    import os
+
+    sess = onnxpy.InferenceSession(_model("ffn"))
+    x = RNG.standard_normal((1, 128, 384)).astype(np.float32)
+    want = sess.run(None, {"x": x})[0]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        ok = b"0"
+        try:
+            ok = b"1" if np.array_equal(sess.run(None, {"x": x})[0], want) else b"0"
+        finally:
+            os.write(w, ok)
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+
+
+def test_unpack_large_depth_in_blocks():
+    w = RNG.standard_normal((3000, 70)).astype(np.float32)  # K=3000: the identity goes in blocks of rows
+    pw = _packed.PackedWeight(w)
+    assert np.array_equal(_packed._unpack(pw), w)
