@@ -182,9 +182,11 @@ def _self_test() -> bool:
 
 
 def _aligned(n: int) -> np.ndarray:
-    raw = np.empty(n + (_ALIGN + 256) // 4, dtype=_F32)
+    """n float32 elements starting on a 4 KiB boundary, with 4 KiB to spare past the end (kernels may read ahead of
+    the panel they multiply)."""
+    raw = np.empty(n + 2 * _ALIGN // 4, dtype=_F32)
     off = (-raw.ctypes.data % _ALIGN) // 4
-    return raw[off:off + n + 64]  # (slack past the end: kernels may read ahead)
+    return raw[off:off + n + _ALIGN // 4]
 
 
 class PackedWeight:
@@ -192,7 +194,7 @@ class PackedWeight:
     holds the N output features' panels in order, so any run of features starting at a multiple of ``_P`` is one
     contiguous kernel operand (``blocks``: ((depth, address), ...))."""
 
-    __slots__ = ("K", "N", "buf", "blocks", "__weakref__")
+    __slots__ = ("K", "N", "P", "Q", "buf", "blocks", "__weakref__")
 
     def __init__(self, w: np.ndarray):
         K, N = w.shape
@@ -208,17 +210,18 @@ class PackedWeight:
 
             def copy(kb, mb, m0, k0, addr):
                 itcopy(kb, mb, src.ctypes.data + 4 * (m0 + k0 * N), N, addr)
-        depths = [min(_Q, K - k0) for k0 in range(0, K, _Q)]
+        P, Q = _P, _Q
+        depths = [min(Q, K - k0) for k0 in range(0, K, Q)]
         sizes = [-(-(N * kb + 64) // 16) * 16 for kb in depths]
         self.buf = buf = _aligned(sum(sizes))
         blocks = []
         addr = buf.ctypes.data
         for j, kb in enumerate(depths):
-            for m0 in range(0, N, _P):  # (panels of _P features at a time: the copy's working set stays small)
-                copy(kb, min(_P, N - m0), m0, j * _Q, addr + 4 * m0 * kb)
+            for m0 in range(0, N, P):  # (panels of P features at a time: the copy's working set stays small)
+                copy(kb, min(P, N - m0), m0, j * Q, addr + 4 * m0 * kb)
             blocks.append((kb, addr))
             addr += 4 * sizes[j]
-        self.K, self.N = K, N
+        self.K, self.N, self.P, self.Q = K, N, P, Q
         self.blocks = tuple(blocks)
 
 
@@ -275,14 +278,14 @@ def _run_blocks(spans, blocks, R, sb, y, N):
             kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], y + 4 * m0, N)
 
 
-def _spans(N: int, R: int, T: int):
+def _spans(N: int, R: int, T: int, P: int):
     """Per thread, the feature ranges it multiplies: blocks of ``_P`` features dealt round-robin when the rows are
     many (each block's weights stay in cache while all rows pass), else T contiguous runs (few rows: a long kernel
     call per depth block streams the weight once)."""
-    nb = -(-N // _P)
+    nb = -(-N // P)
     if R >= _FEW_ROWS:
-        return [[(b * _P, min(_P, N - b * _P)) for b in range(t, nb, T)] for t in range(T)]
-    per = -(-nb // T) * _P
+        return [[(b * P, min(P, N - b * P)) for b in range(t, nb, T)] for t in range(T)]
+    per = -(-nb // T) * P
     return [[(m0, min(per, N - m0))] for m0 in range(0, N, per)]
 
 
@@ -307,19 +310,20 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
     T = _blas_threads() if threads is None else threads
     if threads is None and (R * K * N < _MIN_PARALLEL or R < _FEW_ROWS and K * N < _FEW_ROWS_PARALLEL):
         T = 1  # (a helper's hand-off, ~40 us, costs more than it saves)
-    T = max(1, min(T, -(-N // _P)))
+    P, Q = pw.P, pw.Q
+    T = max(1, min(T, -(-N // P)))
     for r0 in range(0, R, _R):
         rb = min(_R, R - r0)
-        stride = rb * min(K, _Q) + 64
+        stride = rb * min(K, Q) + 64
         sbuf = _aligned(stride * nq)
         base = sbuf.ctypes.data
         sb = []
         for i in range(nq):
             addr = base + 4 * i * stride
-            oncopy(blocks[i][0], rb, x.ctypes.data + 4 * (r0 * K + i * _Q), K, addr)
+            oncopy(blocks[i][0], rb, x.ctypes.data + 4 * (r0 * K + i * Q), K, addr)
             sb.append(addr)
         yp = y.ctypes.data + 4 * r0 * N
-        spans = _spans(N, rb, T)
+        spans = _spans(N, rb, T, P)
         if len(spans) <= 1:
             _run_blocks(spans[0], blocks, rb, sb, yp, N)
             continue
