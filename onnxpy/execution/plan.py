@@ -427,6 +427,7 @@ class Planner:
         raw_steps = []
         produced = set(slots)
         uses = _initializer_uses(g)
+        heads = _pooled_heads(g)
         for idx, node in topological_order(g, set(slots)):
             ins = []
             for x in node.inputs:
@@ -440,7 +441,13 @@ class Planner:
             fn, implicit, dk = self._bind(node)
             spec = getattr(fn, "_onnxpy_spec", None)
             if spec is not None:
-                fn = _specialize(fn, spec, ins, const_vals, dynamic)
+                if idx in heads:  # (a classifier head on pooled features: its few rows multiply fastest unpacked)
+                    from ..ops._packed import prepacking
+
+                    with prepacking(False):
+                        fn = _specialize(fn, spec, ins, const_vals, dynamic)
+                else:
+                    fn = _specialize(fn, spec, ins, const_vals, dynamic)
                 _release_packed(fn, ins, names, uses, const_vals, dynamic, g)
                 # a plan-time form marked ``donates`` takes ``_donated`` itself (see the in-place donation notes)
                 dk = (fn, {}) if getattr(fn, "donates", False) else None
@@ -577,6 +584,35 @@ def _initializer_uses(g: Graph) -> dict:
         if v.name in inits:
             uses[v.name] = uses.get(v.name, 0) + 1
     return uses
+
+
+_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "GlobalLpPool"})
+_ROW_KEEPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Relu", "FusedGemm",
+                          "Gemm", "MatMul", "Sigmoid", "Clip", "LeakyRelu"})
+
+
+def _pooled_heads(g: Graph) -> set:
+    """Positions (in ``g.nodes``) of Gemm/MatMul nodes whose first input comes from a pooling op through reshapes,
+    activations and other fully connected layers: a CNN's classifier head, whose rows are the batch size (one image:
+    one row), where OpenBLAS's matrix-vector product beats the packed kernel (see ``ops._packed``)."""
+    prod = {o: n for n in g.nodes for o in n.outputs if o}
+    memo: dict = {}
+
+    def pooled(name: str, depth: int = 0) -> bool:
+        if name in memo:
+            return memo[name]
+        n = prod.get(name)
+        ok = False
+        if n is not None and depth < 32 and n.domain in ("", "ai.onnx", "com.microsoft"):
+            if n.op_type in _POOLS:
+                ok = True
+            elif n.op_type in _ROW_KEEPING and n.inputs and n.inputs[0]:
+                ok = pooled(n.inputs[0], depth + 1)
+        memo[name] = ok
+        return ok
+
+    return {i for i, n in enumerate(g.nodes)
+            if n.op_type in ("Gemm", "MatMul") and n.domain in ("", "ai.onnx") and n.inputs and pooled(n.inputs[0])}
 
 
 def _release_packed(fn, ins, names, uses, const_vals, dynamic, g) -> None:

@@ -209,3 +209,34 @@ def test_unpack_large_depth_in_blocks():
     w = RNG.standard_normal((3000, 70)).astype(np.float32)  # K=3000: the identity goes in blocks of rows
     pw = _packed.PackedWeight(w)
     assert np.array_equal(_packed._unpack(pw), w)
+
+
+@pytest.mark.parametrize("via", ["Flatten", "Reshape", "FC"])
+def test_classifier_head_on_pooled_features_is_not_packed(via):
+    """A Gemm reading pooled features (through a Flatten/Reshape, or another fully connected layer) keeps its weight
+    unpacked: its rows are the batch size, where OpenBLAS's matrix-vector product is faster."""
+    w = (RNG.standard_normal((1000, 512)) * 0.05).astype(np.float32)
+    b = RNG.standard_normal(1000).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b"),
+             numpy_helper.from_array(np.array([1, 512], np.int64), "shp")]
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"])]
+    if via == "Flatten":
+        nodes.append(helper.make_node("Flatten", ["p"], ["f"]))
+    else:
+        nodes.append(helper.make_node("Reshape", ["p", "shp"], ["f"]))
+    if via == "FC":
+        w1 = (RNG.standard_normal((512, 512)) * 0.05).astype(np.float32)
+        inits.append(numpy_helper.from_array(w1, "W1"))
+        nodes += [helper.make_node("Gemm", ["f", "W1"], ["f1"]), helper.make_node("Relu", ["f1"], ["f2"])]
+        src = "f2"
+    else:
+        src = "f"
+    nodes.append(helper.make_node("Gemm", [src, "W", "b"], ["y"], transB=1))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = onnxpy.InferenceSession(data)
+    assert not any(_packed.is_standin(v) for v in sess._state.plan.graph.initializers.values())
+    x = RNG.standard_normal((1, 512, 7, 7)).astype(np.float32)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
