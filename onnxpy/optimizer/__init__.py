@@ -202,10 +202,11 @@ def _fortran_weights(g: Graph, user: set, source: Graph, prepack: bool = True) -
     for name in list(g.initializers):  # (names only: a list of the arrays would keep every original alive)
         arr = g.initializers[name]
         if (type(arr) is not np.ndarray or arr.ndim != 2 or arr.size < _FORTRAN_MIN or arr.flags.f_contiguous
-                or arr.dtype.kind != "f" or name in skip or id(arr) in user or prepack and _packed.will_pack(arr)):
+                or arr.dtype.kind != "f" or name in skip or id(arr) in user):
             continue
         rs = readers.get(name)
-        if rs and all(n.inputs.count(name) == 1 and _fortran_reader(n, name) for n in rs):
+        if rs and all(n.inputs.count(name) == 1 and _fortran_reader(n, name) for n in rs) and not (
+                prepack and _packed.will_pack(arr)):  # (asked last: binding OpenBLAS's kernel costs ~17 ms once)
             f = _fortran_copy(arr)
             g.initializers[name] = f
             if source.initializers.get(name) is arr:
