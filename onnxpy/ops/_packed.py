@@ -51,11 +51,10 @@ _MIN_ELEMENTS = 1 << 16
 # Products with fewer multiply-adds run on the calling thread alone.
 _MIN_PARALLEL = 1 << 20
 # Products with fewer rows call the kernel once per depth block over a long run of features (see ``_spans``).
+# With one row the packed product takes ~2x numpy's matrix-vector product on a weight in cache (1024 x 1000: 89 vs
+# 40 us; classifier heads are therefore left unpacked, see plan.py) and 1.0-1.1x on weights out of cache, as in
+# token-by-token decoding (768 x 3072: 338 vs 310 us); from 4 rows on it is 2-2.3x faster than numpy's.
 _FEW_ROWS = 16
-# ... and run on the calling thread alone while the weight has fewer elements (in cache, a single thread streams it
-# about as fast as two).  With one row the packed product is ~2x numpy's GEMV on a weight in cache (1024 x 1000:
-# 89 vs 40 us) and 1.03-1.15x on weights out of cache; the kernel's one-row edge case is slower than a GEMV.
-_FEW_ROWS_PARALLEL = 1 << 22
 _ALIGN = 4096
 
 _lock = threading.Lock()
@@ -333,7 +332,7 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
     blocks = pw.blocks
     nq = len(blocks)
     T = _blas_threads() if threads is None else threads
-    if threads is None and (R * K * N < _MIN_PARALLEL or R < _FEW_ROWS and K * N < _FEW_ROWS_PARALLEL):
+    if threads is None and R * K * N < _MIN_PARALLEL:
         T = 1  # (a helper's hand-off, ~40 us, costs more than it saves)
     P, Q = pw.P, pw.Q
     T = max(1, min(T, -(-N // 64)))
