@@ -18,8 +18,8 @@ flight), and only once per process (a timeout the user set is left alone).  Meas
 models the shorter timeout is neutral (0.98-1.01x).
 
 Bound only where it is known to hold: numpy's own OpenBLAS, a dynamic-architecture build with pthreads, Linux on
-x86-64, the three routines of its core exported, and a product of odd sizes checked against numpy (the packing,
-kernel and threads together).  ``ONNXPY_PACKED_GEMM=0`` turns it off.  Weights with a NaN or an infinity are not
+x86-64, its core's routines exported (``itcopy``/``incopy`` for C- and Fortran-ordered weights, ``oncopy``,
+``kernel``), and products of odd sizes checked against numpy (both packings, the kernel and the threads together).  ``ONNXPY_PACKED_GEMM=0`` turns it off.  Weights with a NaN or an infinity are not
 packed (the identity product that recovers a released weight for an unusual call would turn them into NaN).
 """
 
