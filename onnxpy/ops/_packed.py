@@ -19,8 +19,12 @@ models the shorter timeout is neutral (0.98-1.01x).
 
 Bound only where it is known to hold: numpy's own OpenBLAS, a dynamic-architecture build with pthreads, Linux on
 x86-64, its core's routines exported (``itcopy``/``incopy`` for C- and Fortran-ordered weights, ``oncopy``,
-``kernel``), and products of odd sizes checked against numpy (both packings, the kernel and the threads together).  ``ONNXPY_PACKED_GEMM=0`` turns it off.  Weights with a NaN or an infinity are not
-packed (the identity product that recovers a released weight for an unusual call would turn them into NaN).
+``kernel``), and products of odd sizes checked against numpy (both packings, the kernel and the threads together).
+``ONNXPY_PACKED_GEMM=0`` turns it off.  Weights with a NaN or an infinity are not packed (the identity product that
+recovers a released weight for an unusual call would turn them into NaN).
+
+The same kernels multiply attention's per-head products (``stacked_matmul``: both operands packed per call, the heads
+split between threads), where OpenBLAS would otherwise wake its sleeping worker for every product it threads.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ import numpy as np
 
 from . import _blas
 
-__all__ = ["available", "matmul", "pack", "prepacking", "real", "standin", "will_pack", "PackedWeight"]
+__all__ = ["available", "bound", "matmul", "pack", "prepacking", "real", "stacked_matmul", "standin", "will_pack",
+           "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
 # Weight rows (output features) and depth per kernel call: a 128 x 384 block (192 KiB) stays in L2 while the
@@ -106,18 +111,20 @@ def _bind():
     if b"OpenBLAS" not in cfg or b"DYNAMIC_ARCH" not in cfg or not core.isalnum() or _parallel(lib) != 1:
         return None
     suffix = core.upper()
-    fns = [getattr(lib, f"sgemm_{r}_{suffix}", None) for r in ("itcopy", "oncopy", "kernel", "incopy")]
+    fns = [getattr(lib, f"sgemm_{r}_{suffix}", None) for r in ("itcopy", "oncopy", "kernel", "incopy", "otcopy")]
     if any(f is None for f in fns):
         return None
     L, P = ctypes.c_int64, ctypes.c_void_p  # (BLASLONG is a C long: 64 bits on Linux x86-64)
-    itcopy, oncopy, kern, incopy = fns
-    itcopy.argtypes = oncopy.argtypes = incopy.argtypes = [L, L, P, L, P]
-    itcopy.restype = oncopy.restype = kern.restype = incopy.restype = ctypes.c_int
+    itcopy, oncopy, kern, incopy, otcopy = fns
+    for f in (itcopy, oncopy, incopy, otcopy):
+        f.argtypes = [L, L, P, L, P]
+        f.restype = ctypes.c_int
+    kern.restype = ctypes.c_int
     kern.argtypes = [L, L, L, ctypes.c_float, P, P, P, L]
     quiet = _quiet_threads(lib)
     if not quiet:
         return "retry" if quiet is None else None
-    return itcopy, oncopy, kern, incopy
+    return itcopy, oncopy, kern, incopy, otcopy
 
 
 def _quiet_threads(lib):
@@ -236,10 +243,10 @@ class _Helper:
 
     def _loop(self):
         while True:
-            job = self.jobs.get()
+            fn, args = self.jobs.get()
             err = None
             try:
-                _run_blocks(*job)
+                fn(*args)
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
                 err = e
             self.done.put(err)
@@ -361,7 +368,7 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
                     _helpers.append(_Helper())
             hs = _helpers[:len(spans) - 1]
             for h, part in zip(hs, spans[1:]):
-                h.jobs.put((part, blocks, rb, sb, yp, N, yr, bias))
+                h.jobs.put((_run_blocks, (part, blocks, rb, sb, yp, N, yr, bias)))
             _run_blocks(spans[0], blocks, rb, sb, yp, N, yr, bias)
             errs = [h.done.get() for h in hs]
         finally:
@@ -370,6 +377,88 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
             if e is not None:
                 raise e
     return y
+
+
+# -- stacks of small products (attention) -----------------------------------------------------------------------
+def bound() -> bool:
+    """True when the kernels are bound already (asks nothing of OpenBLAS otherwise)."""
+    return isinstance(_state[0], tuple)
+
+
+# Stacked products with more elements per packed operand than this keep numpy's (their operands leave the cache),
+# and so do products of at most 10^6 multiply-adds: OpenBLAS runs those with its single-threaded small-matrix kernel
+# (no worker to wake), faster than a hand-off here (12 heads of 128x32x128: 1.0-1.13x numpy's time; of 128x64x128,
+# which OpenBLAS threads, 0.87-0.89x).
+_STACK_MAX_PANEL = 1 << 16
+_STACK_MIN_MACS = 1_000_000
+
+
+def _mat(a: np.ndarray):
+    """(row stride in elements, head stride in elements) of a 3-D float32 stack of row-major matrices with unit inner
+    stride, or None."""
+    if a.dtype != _F32 or a.ndim != 3 or a.strides[2] != 4 or a.strides[1] % 4 or a.strides[0] % 4:
+        return None
+    ld = a.strides[1] // 4
+    if ld < a.shape[2] and a.shape[1] > 1 or ld < 1:
+        return None
+    return ld, a.strides[0] // 4
+
+
+def _stack_part(heads, a, lda, sa_h, trans_a, b, ldb, sb_h, trans_b, c, ldc, sc_h, M, N, K):
+    itcopy, oncopy, kern, incopy, otcopy = _state[0]
+    pa = _aligned(N * K)  # packed op(B)^T (the kernel's A)
+    pb = _aligned(K * M)  # packed op(A)^T (the kernel's B)
+    pa_p, pb_p = pa.ctypes.data, pb.ctypes.data
+    for h in heads:
+        bp = b + 4 * h * sb_h
+        (incopy if trans_b else itcopy)(K, N, bp, ldb, pa_p)
+        ap = a + 4 * h * sa_h
+        (otcopy if trans_a else oncopy)(K, M, ap, lda, pb_p)
+        kern(N, M, K, 1.0, pa_p, pb_p, c + 4 * h * sc_h, ldc)
+
+
+def stacked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, trans_a: bool = False, trans_b: bool = False):
+    """``out[h] = op(a[h]) @ op(b[h])`` for 3-D float32 stacks (op: transposed when asked; every matrix row-major with
+    contiguous rows, any strides between rows and between matrices: attention's heads as views of the projections),
+    the matrices split between the calling thread and the helper threads, each packing both operands for OpenBLAS's
+    kernel: a stack of small products without OpenBLAS's threading (which wakes its sleeping worker on every product
+    of 10^6 multiply-adds or more, ~20-50 us each).  ``out`` (zeroed here) must not overlap the operands.  Returns
+    False, without touching ``out``, when the kernels are not bound or the stack does not fit these rules (the caller
+    then uses numpy)."""
+    if not bound() or a.ndim != 3 or b.ndim != 3 or out.ndim != 3:
+        return False
+    Hn = a.shape[0]
+    M, K = (a.shape[2], a.shape[1]) if trans_a else (a.shape[1], a.shape[2])
+    K2, N = (b.shape[2], b.shape[1]) if trans_b else (b.shape[1], b.shape[2])
+    ma, mb, mc = _mat(a), _mat(b), _mat(out)
+    if (ma is None or mb is None or mc is None or K2 != K or b.shape[0] != Hn or out.shape != (Hn, M, N)
+            or min(M, N, K, Hn) < 1 or M * K > _STACK_MAX_PANEL or N * K > _STACK_MAX_PANEL
+            or M * N * K <= _STACK_MIN_MACS
+            or not out.flags.writeable or np.shares_memory(out, a) or np.shares_memory(out, b)):
+        return False
+    out[...] = 0
+    T = min(_blas_threads(), Hn) if Hn * M * N * K >= _MIN_PARALLEL else 1
+    args = (a.ctypes.data, ma[0], ma[1], trans_a, b.ctypes.data, mb[0], mb[1], trans_b, out.ctypes.data, mc[0],
+            mc[1], M, N, K)
+    if T <= 1 or not _pool_acquire.acquire(blocking=False):
+        _stack_part(range(Hn), *args)
+        return True
+    try:
+        with _pool_lock:
+            while len(_helpers) < T - 1:
+                _helpers.append(_Helper())
+        cuts = [Hn * t // T for t in range(T + 1)]
+        hs = _helpers[:T - 1]
+        for h, t in zip(hs, range(1, T)):
+            h.jobs.put((_stack_part, (range(cuts[t], cuts[t + 1]),) + args))
+        _stack_part(range(cuts[0], cuts[1]), *args)
+        errs = [h.done.get() for h in hs]
+    finally:
+        _pool_acquire.release()
+    for e in errs:
+        if e is not None:
+            raise e
+    return True
 
 
 # -- weights and their stand-ins ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from . import _packed
 from ._common import F32 as _F32
 from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
@@ -164,9 +165,22 @@ def _causal_t(S: int, T: int, past: int) -> np.ndarray:
     return c
 
 
+def _stacks_mm(a, b, out, trans_a, trans_b) -> bool:
+    """``out = op(a) @ op(b)`` over the heads of 4-D float32 stacks through ``_packed.stacked_matmul`` (heads split
+    between threads, no OpenBLAS threading per head), batch by batch; False when that path does not apply."""
+    if a.dtype != _F32 or not _packed.bound():
+        return False
+    for i in range(a.shape[0]):
+        if not _packed.stacked_matmul(a[i], b[i], out[i], trans_a, trans_b):
+            return False  # (the same for every batch: only the first can decline)
+    return True
+
+
 def _scores_t(k, qs, additive, causal_past, S, T, dt):
     """[B, N, T, S] scores k qs^T plus the (transposed) additive term and the causal mask."""
-    st = np.matmul(k, qs.swapaxes(-1, -2))
+    st = np.empty(k.shape[:2] + (T, S), dtype=dt)
+    if not _stacks_mm(k, qs, st, False, True):
+        st = np.matmul(k, qs.swapaxes(-1, -2))
     if additive is not None:
         a = np.asarray(additive)
         if a.ndim < 4:
@@ -218,7 +232,8 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
             den = np.where(den == 0, dt.type(1), den)
     out = np.empty((B, S, N, Hv), dtype=dt)
     ov = out.transpose(0, 2, 1, 3)
-    np.matmul(st.swapaxes(-1, -2), v, out=ov)
+    if not _stacks_mm(st, v, ov, True, False):
+        np.matmul(st.swapaxes(-1, -2), v, out=ov)
     ov /= den.swapaxes(-1, -2)
     return ov
 

@@ -240,3 +240,52 @@ def test_classifier_head_on_pooled_features_is_not_packed(via):
     x = RNG.standard_normal((1, 512, 7, 7)).astype(np.float32)
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_stacked_matmul(ta, tb):
+    """Stacks of products with both operands packed per call: equal to numpy's (same kernel, same order), operands as
+    strided views (attention's heads inside the projections), the output a strided view too."""
+    H, M, N, K = 6, 130, 70, 120
+    L = max(M, K)
+    big = RNG.standard_normal((3, L + 5, H, L + 3)).astype(np.float32)  # a view with row and head strides
+    a = big[1, :K, :, :M].transpose(1, 0, 2) if ta else big[1, :M, :, :K].transpose(1, 0, 2)
+    b = RNG.standard_normal((H, N, K) if tb else (H, K, N)).astype(np.float32)
+    store = np.full((M, H, N), np.nan, np.float32)
+    out = store.transpose(1, 0, 2)
+    assert _packed.stacked_matmul(a, b, out, ta, tb)
+    want = np.matmul(a.swapaxes(1, 2) if ta else a, b.swapaxes(1, 2) if tb else b)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_stacked_matmul_declines():
+    a = RNG.standard_normal((4, 64, 64)).astype(np.float32)
+    b = RNG.standard_normal((4, 64, 64)).astype(np.float32)
+    out = np.empty((4, 64, 64), np.float32)
+    assert not _packed.stacked_matmul(a, b, out)  # 64^3 multiply-adds per product: numpy's small-matrix path
+    a = RNG.standard_normal((4, 128, 128)).astype(np.float32)
+    b = RNG.standard_normal((4, 128, 128)).astype(np.float32)
+    assert not _packed.stacked_matmul(a, b, a)  # the output overlaps an operand
+    assert not _packed.stacked_matmul(a.astype(np.float64), b, np.empty((4, 128, 128)))
+    assert not _packed.stacked_matmul(a, b[:3], np.empty((4, 128, 128), np.float32))  # shapes disagree
+    assert not _packed.stacked_matmul(a[:, :, ::2], b[:, ::2], np.empty((4, 128, 128), np.float32))  # strided rows
+    out = np.full((4, 128, 128), 7.0, np.float32)
+    assert _packed.stacked_matmul(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_attention_heads_through_stacked_products(monkeypatch):
+    """MultiHeadAttention's per-head products through ``stacked_matmul`` (heads of 64 at sequence 128: OpenBLAS
+    would thread every product) give numpy's results."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    calls = []
+    orig = _packed.stacked_matmul
+    monkeypatch.setattr(_packed, "stacked_matmul", lambda *a: calls.append(1) or orig(*a))
+    B, S, N, Hd = 2, 128, 4, 64
+    q, k, v = [RNG.standard_normal((B, N, S, Hd)).astype(np.float32) for _ in range(3)]
+    got = ct._mha_core_t(q, k, v, 0.125, None, None)
+    assert len(calls) == 2 * B
+    monkeypatch.setattr(ct, "_stacks_mm", lambda *a: False)
+    want = ct._mha_core_t(q, k, v, 0.125, None, None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
