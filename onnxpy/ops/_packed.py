@@ -359,24 +359,36 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
         if len(spans) <= 1:
             _run_blocks(spans[0], blocks, rb, sb, yp, N, yr, bias)
             continue
-        if not _pool_acquire.acquire(blocking=False):  # another product holds the helpers: run on this thread
+        if not _run_shared(_run_blocks, [(part, blocks, rb, sb, yp, N, yr, bias) for part in spans]):
+            # (another product holds the helpers: this one runs on its own thread)
             _run_blocks([sp for part in spans for sp in part], blocks, rb, sb, yp, N, yr, bias)
-            continue
-        try:
-            with _pool_lock:
-                while len(_helpers) < len(spans) - 1:
-                    _helpers.append(_Helper())
-            hs = _helpers[:len(spans) - 1]
-            for h, part in zip(hs, spans[1:]):
-                h.jobs.put((_run_blocks, (part, blocks, rb, sb, yp, N, yr, bias)))
-            _run_blocks(spans[0], blocks, rb, sb, yp, N, yr, bias)
-            errs = [h.done.get() for h in hs]
-        finally:
-            _pool_acquire.release()
-        for e in errs:
-            if e is not None:
-                raise e
     return y
+
+
+def _run_shared(fn, parts) -> bool:
+    """``fn(*parts[0])`` on the calling thread and ``fn(*parts[i])`` on helper thread i, returning when all are done
+    (the first error raised); False, running nothing, when another product holds the helpers."""
+    if not _pool_acquire.acquire(blocking=False):
+        return False
+    err = None
+    try:
+        with _pool_lock:
+            while len(_helpers) < len(parts) - 1:
+                _helpers.append(_Helper())
+        hs = _helpers[:len(parts) - 1]
+        for h, args in zip(hs, parts[1:]):
+            h.jobs.put((fn, args))
+        try:
+            fn(*parts[0])
+        except BaseException as e:  # noqa: BLE001 - raised below, once the helpers are done with their parts
+            err = e
+        errs = [h.done.get() for h in hs]
+    finally:
+        _pool_acquire.release()
+    for e in [err] + errs:
+        if e is not None:
+            raise e
+    return True
 
 
 # -- stacks of small products (attention) -----------------------------------------------------------------------
@@ -440,24 +452,9 @@ def stacked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, trans_a: bool 
     T = min(_blas_threads(), Hn) if Hn * M * N * K >= _MIN_PARALLEL else 1
     args = (a.ctypes.data, ma[0], ma[1], trans_a, b.ctypes.data, mb[0], mb[1], trans_b, out.ctypes.data, mc[0],
             mc[1], M, N, K)
-    if T <= 1 or not _pool_acquire.acquire(blocking=False):
+    cuts = [Hn * t // T for t in range(T + 1)]
+    if T <= 1 or not _run_shared(_stack_part, [(range(c0, c1),) + args for c0, c1 in zip(cuts, cuts[1:])]):
         _stack_part(range(Hn), *args)
-        return True
-    try:
-        with _pool_lock:
-            while len(_helpers) < T - 1:
-                _helpers.append(_Helper())
-        cuts = [Hn * t // T for t in range(T + 1)]
-        hs = _helpers[:T - 1]
-        for h, t in zip(hs, range(1, T)):
-            h.jobs.put((_stack_part, (range(cuts[t], cuts[t + 1]),) + args))
-        _stack_part(range(cuts[0], cuts[1]), *args)
-        errs = [h.done.get() for h in hs]
-    finally:
-        _pool_acquire.release()
-    for e in errs:
-        if e is not None:
-            raise e
     return True
 
 

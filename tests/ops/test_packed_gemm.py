@@ -289,3 +289,25 @@ def test_attention_heads_through_stacked_products(monkeypatch):
     monkeypatch.setattr(ct, "_stacks_mm", lambda *a: False)
     want = ct._mha_core_t(q, k, v, 0.125, None, None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_work_raises_and_stays_in_step():
+    """An error on either thread comes back to the caller once every part is done, and the helpers stay in step."""
+    seen = []
+
+    def part(i, fail):
+        seen.append(i)
+        if fail:
+            raise RuntimeError(f"part {i}")
+
+    for failing in (0, 1):
+        seen.clear()
+        with pytest.raises(RuntimeError, match=f"part {failing}"):
+            _packed._run_shared(part, [(i, i == failing) for i in range(2)])
+        assert sorted(seen) == [0, 1]
+    seen.clear()
+    assert _packed._run_shared(part, [(i, False) for i in range(2)]) and sorted(seen) == [0, 1]
+    sess = onnxpy.InferenceSession(_model("matmul"))
+    x = RNG.standard_normal((1, 64, 384)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ _packed.real(sess._state.plan.graph.initializers["W"]),
+                               rtol=1e-4, atol=1e-4)
