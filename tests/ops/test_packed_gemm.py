@@ -311,3 +311,38 @@ def test_shared_work_raises_and_stays_in_step():
     x = RNG.standard_normal((1, 64, 384)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ _packed.real(sess._state.plan.graph.initializers["W"]),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_openblas_threads_are_not_restarted_while_another_thread_runs():
+    """The one-time restart of OpenBLAS's threads waits for a moment with no other Python thread (a BLAS call could
+    be in flight on it): with one alive it reports "not now"."""
+    from onnxpy.ops import _blas
+
+    lib = _blas.library()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        if "OPENBLAS_THREAD_TIMEOUT" not in __import__("os").environ:
+            assert _packed._quiet_threads(lib) is None
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_weight_read_by_two_products_is_packed_once():
+    w = (RNG.standard_normal((384, 512)) * 0.05).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("MatMul", ["x2", "W"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 384]) for n in
+                                       ("x", "x2")],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+                          [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxpy.InferenceSession(model.SerializeToString())
+    kept = sess._state.plan.graph.initializers["W"]
+    assert not _packed.is_standin(kept)  # read twice: the original stays
+    assert _packed.pack(kept) is not None and len(_packed._entry(kept)) == 1  # one packed form, shared
+    x, x2 = RNG.standard_normal((2, 4, 384)).astype(np.float32)
+    y, z = sess.run(None, {"x": x, "x2": x2})
+    np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(z, x2 @ w, rtol=1e-4, atol=1e-4)
