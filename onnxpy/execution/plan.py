@@ -426,8 +426,7 @@ class Planner:
 
         raw_steps = []
         produced = set(slots)
-        uses = _initializer_uses(g)
-        heads = _pooled_heads(g)
+        lazy: dict = {}  # initializer read counts, classifier heads: computed when a node first needs them
         for idx, node in topological_order(g, set(slots)):
             ins = []
             for x in node.inputs:
@@ -441,14 +440,15 @@ class Planner:
             fn, implicit, dk = self._bind(node)
             spec = getattr(fn, "_onnxpy_spec", None)
             if spec is not None:
-                if idx in heads:  # (a classifier head on pooled features: its few rows multiply fastest unpacked)
+                if node.op_type in ("Gemm", "MatMul") and idx in _lazy(lazy, "heads", _pooled_heads, g):
                     from ..ops._packed import prepacking
 
-                    with prepacking(False):
-                        fn = _specialize(fn, spec, ins, const_vals, dynamic)
+                    with prepacking(False):  # (a classifier head on pooled features: its few rows multiply fastest
+                        fn = _specialize(fn, spec, ins, const_vals, dynamic)  # unpacked)
                 else:
                     fn = _specialize(fn, spec, ins, const_vals, dynamic)
-                _release_packed(fn, ins, names, uses, const_vals, dynamic, g)
+                if getattr(fn, "releases", None):
+                    _release_packed(fn, ins, names, _lazy(lazy, "uses", _initializer_uses, g), const_vals, dynamic, g)
                 # a plan-time form marked ``donates`` takes ``_donated`` itself (see the in-place donation notes)
                 dk = (fn, {}) if getattr(fn, "donates", False) else None
             if (node.op_type == "Constant" and node.domain in ("", "ai.onnx") and not ins and not implicit
@@ -565,6 +565,13 @@ class _Specializable:
 
     def __call__(self, *args):
         return self.fn(*args)
+
+
+def _lazy(memo: dict, key: str, fn, g):
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = fn(g)
+    return hit
 
 
 def _initializer_uses(g: Graph) -> dict:
