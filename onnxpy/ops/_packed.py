@@ -249,7 +249,9 @@ class _Helper:
                 fn(*args)
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
                 err = e
+            del fn, args  # (no reference to the last product's arrays outlives it)
             self.done.put(err)
+            err = None
 
 
 _helpers: list = []

@@ -346,3 +346,17 @@ def test_weight_read_by_two_products_is_packed_once():
     y, z = sess.run(None, {"x": x, "x2": x2})
     np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(z, x2 @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_deleting_the_session_frees_its_packed_weights():
+    import gc
+    import weakref
+
+    sess = onnxpy.InferenceSession(_model("ffn"))
+    sess.run(None, {"x": RNG.standard_normal((1, 32, 384)).astype(np.float32)})
+    standin = sess._state.plan.graph.initializers["W"]
+    refs = [weakref.ref(v) for v in _packed._entry(standin).values() if isinstance(v, _packed.PackedWeight)]
+    assert refs
+    del sess, standin
+    gc.collect()
+    assert all(r() is None for r in refs)
