@@ -360,3 +360,17 @@ def test_deleting_the_session_frees_its_packed_weights():
     del sess, standin
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_failing_self_test_disables_packing(monkeypatch):
+    """A bind whose self-check raises leaves packing off (sessions then build as without it) instead of failing."""
+    saved = _packed._state[0]
+    monkeypatch.setattr(_packed, "_bind", lambda: saved)  # (bound as before: only the self-check fails)
+    monkeypatch.setattr(_packed, "_self_test", lambda: 1 / 0)
+    try:
+        _packed._state[0] = None
+        assert not _packed.available()
+        sess = onnxpy.InferenceSession(_model("matmul"))
+        assert not _packed.is_standin(sess._state.plan.graph.initializers["W"])
+    finally:
+        _packed._state[0] = saved
