@@ -89,9 +89,9 @@ class SessionState:
 
             self.profiler = Profiler(options.profile_file_prefix, source)
         custom = dict(getattr(options, "_custom_ops", {}))
-        from .ops._packed import prepacking
+        from .ops._packed import prepack_enabled, prepacking
 
-        self.prepack = options._config.get("session.disable_prepacking", "0") != "1"
+        self.prepack = prepack_enabled(options)
         with prepacking(self.prepack):
             self.plan = build_plan(g, model.opsets, _subgraph_runner, custom_ops=custom,
                                    function_expander=make_function_expander(_subgraph_runner))

@@ -674,11 +674,10 @@ def _specialize(fn, spec, ins, const_vals, dynamic):
         fast = None
     if fast is not None:
         return fast
-    if any(type(c) is np.ndarray and c.strides and not any(c.strides) and c.size > 1 for c in consts):
-        from ..ops import _packed
+    from ..ops import _packed
 
-        if any(_packed.is_standin(c) for c in consts):  # (a released weight: the generic kernel needs its data)
-            return _with_real_weights(fn.fn)
+    if any(_packed.is_standin(c) for c in consts):  # (a released weight: the generic kernel needs its data)
+        return _with_real_weights(fn.fn)
     return fn.fn
 
 

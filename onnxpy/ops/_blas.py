@@ -26,7 +26,6 @@ __all__ = ["available", "axpy_function", "library", "sgemm", "transpose_availabl
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _NAMES = (("scipy_cblas_sgemm64_", ctypes.c_int64), ("cblas_sgemm64_", ctypes.c_int64),
           ("scipy_cblas_sgemm", ctypes.c_int32), ("cblas_sgemm", ctypes.c_int32))
-_CONFIGS = ("scipy_openblas_get_config", "openblas_get_config")
 _lock = threading.Lock()
 _fn = None  # the bound function, False when there is none
 _omat = None  # the bound cblas_somatcopy of the same library (None: not looked up yet, False: none)
@@ -79,14 +78,21 @@ def _bind_axpy(lib, sgemm_name: str, itype):
     return g
 
 
+def openblas_info(lib, what: str, restype):
+    """The answer of OpenBLAS's ``openblas_<what>`` query (``get_config``, ``get_corename``, ``get_parallel``) under
+    the names numpy's build (``scipy_`` prefix, ``64_`` suffix) and others export; None when the library has none."""
+    for name in (f"scipy_openblas_{what}64_", f"openblas_{what}64_", f"scipy_openblas_{what}", f"openblas_{what}"):
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype = restype
+            return f()
+    return None
+
+
 def _lp64_openblas(lib) -> bool:
     """True for an OpenBLAS built with 32-bit integers (its configuration string lacks USE64BITINT)."""
-    for name in _CONFIGS:
-        g = getattr(lib, name, None)
-        if g is not None:
-            g.restype = ctypes.c_char_p
-            return b"USE64BITINT" not in (g() or b"USE64BITINT")
-    return False
+    cfg = openblas_info(lib, "get_config", ctypes.c_char_p)
+    return cfg is not None and b"USE64BITINT" not in (cfg or b"USE64BITINT")
 
 
 def _self_test(f) -> bool:

@@ -41,8 +41,8 @@ import numpy as np
 
 from . import _blas
 
-__all__ = ["available", "bound", "matmul", "pack", "prepacking", "real", "stacked_matmul", "standin", "will_pack",
-           "PackedWeight"]
+__all__ = ["available", "bound", "matmul", "matmul_rows", "pack", "prepack_enabled", "prepacking", "real",
+           "stacked_matmul", "standin", "will_pack", "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
 # Weight rows (output features) and depth per kernel call: a 128 x 384 block (192 KiB) stays in L2 while the
@@ -64,37 +64,7 @@ _ALIGN = 4096
 
 _lock = threading.Lock()
 _local = threading.local()  # .off: plans built on this thread leave weights unpacked (session.disable_prepacking)
-_state: list = [None]  # [None]: not tried; [False]: unavailable; [(itcopy, oncopy, kernel)]
-
-
-def _config(lib) -> bytes:
-    for name in ("scipy_openblas_get_config64_", "openblas_get_config64_", "scipy_openblas_get_config",
-                 "openblas_get_config"):
-        f = getattr(lib, name, None)
-        if f is not None:
-            f.restype = ctypes.c_char_p
-            return f() or b""
-    return b""
-
-
-def _corename(lib) -> str:
-    for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "scipy_openblas_get_corename",
-                 "openblas_get_corename"):
-        f = getattr(lib, name, None)
-        if f is not None:
-            f.restype = ctypes.c_char_p
-            return (f() or b"").decode("ascii", "replace")
-    return ""
-
-
-def _parallel(lib) -> int:
-    for name in ("scipy_openblas_get_parallel64_", "openblas_get_parallel64_", "scipy_openblas_get_parallel",
-                 "openblas_get_parallel"):
-        f = getattr(lib, name, None)
-        if f is not None:
-            f.restype = ctypes.c_int
-            return int(f())
-    return -1
+_state: list = [None]  # None: not tried; "retry": try again later; False: unavailable; else _bind's routines
 
 
 def _bind():
@@ -107,9 +77,10 @@ def _bind():
     lib = _blas.library()
     if lib is None:
         return None
-    cfg = _config(lib)
-    core = _corename(lib)
-    if b"OpenBLAS" not in cfg or b"DYNAMIC_ARCH" not in cfg or not core.isalnum() or _parallel(lib) != 1:
+    cfg = _blas.openblas_info(lib, "get_config", ctypes.c_char_p) or b""
+    core = (_blas.openblas_info(lib, "get_corename", ctypes.c_char_p) or b"").decode("ascii", "replace")
+    if (b"OpenBLAS" not in cfg or b"DYNAMIC_ARCH" not in cfg or not core.isalnum()
+            or _blas.openblas_info(lib, "get_parallel", ctypes.c_int) != 1):  # (1: pthreads)
         return None
     suffix = core.upper()
     fns = [getattr(lib, f"sgemm_{r}_{suffix}", None) for r in ("itcopy", "oncopy", "kernel", "incopy", "otcopy")]
@@ -373,6 +344,11 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
     return y
 
 
+def matmul_rows(a: np.ndarray, pw: PackedWeight, bias=None) -> np.ndarray:
+    """:func:`matmul` over the last axis of ``a`` (..., K): a fresh (..., N) result."""
+    return matmul(a.reshape(-1, pw.K), pw, bias).reshape(a.shape[:-1] + (pw.N,))
+
+
 def _run_shared(fn, parts) -> bool:
     """``fn(*parts[0])`` on the calling thread and ``fn(*parts[i])`` on helper thread i, returning when all are done
     (the first error raised); False, running nothing, when another product holds the helpers."""
@@ -500,17 +476,26 @@ class prepacking:
         return False
 
 
+def prepack_enabled(options) -> bool:
+    """False when ``SessionOptions`` ask for no prepacking (``session.disable_prepacking`` = 1)."""
+    return options is None or options._config.get("session.disable_prepacking", "0") != "1"
+
+
+def _eligible(b) -> bool:
+    """A float32 matrix big enough to pack."""
+    return type(b) is np.ndarray and b.dtype == _F32 and b.ndim == 2 and b.size >= _MIN_ELEMENTS
+
+
 def will_pack(b) -> bool:
     """True when :func:`pack` would pack ``b`` (as either orientation) on this thread now."""
-    return (type(b) is np.ndarray and b.dtype == _F32 and b.ndim == 2 and b.size >= _MIN_ELEMENTS
-            and not getattr(_local, "off", False) and available())
+    return _eligible(b) and not getattr(_local, "off", False) and available()
 
 
 def pack(b, transposed: bool = False) -> PackedWeight | None:
     """The packed form of the constant ``b`` (``b.T`` when ``transposed``) as a (K, N) weight, made once per array
     (and shared with its stand-in); None when packing is off or not worth it (not a finite float32 matrix of at
     least ``_MIN_ELEMENTS`` elements)."""
-    if type(b) is not np.ndarray or b.dtype != _F32 or b.ndim != 2 or b.size < _MIN_ELEMENTS:
+    if not _eligible(b):
         return None
     table = _entry(b)
     if getattr(_local, "off", False) and not (table and table.get("standin")):

@@ -177,9 +177,9 @@ def _feed_forward_specialize(consts, kwargs):
             if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != H1 or A.size == 0 or (
                     rest[1] is not c1 or rest[3] is not c2):
                 return feed_forward(A, *[_packed.real(r) for r in rest])
-            h = _packed.matmul(A.reshape(-1, H1), p1, c1)
+            h = _packed.matmul_rows(A, p1, c1)
             _fast.gelu_erf32(h, h)
-            return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (p2.N,))
+            return _packed.matmul_rows(h, p2, c2)
 
         run_packed.releases = (1, 3)
         return run_packed

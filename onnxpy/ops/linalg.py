@@ -102,23 +102,18 @@ def _matmul_specialize(consts, kwargs):
     pw = _packed.pack(b)
     if pw is None:
         return None
-    K, N = b.shape
+    K = b.shape[0]
 
     def run(A, B):
         if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != K:
             return matmul(A, _packed.real(B))
-        return _packed.matmul(A.reshape(-1, K), pw).reshape(A.shape[:-1] + (N,))
+        return _packed.matmul_rows(A, pw)
 
     run.releases = (1,)
     return run
 
 
 matmul.specialize = _matmul_specialize
-
-
-def _packed_rows(a: np.ndarray, pw, c=None) -> np.ndarray:
-    """a (..., K) @ the packed (K, N) weight (+ c): a fresh (..., N) float32 result."""
-    return _packed.matmul(a.reshape(-1, pw.K), pw, c).reshape(a.shape[:-1] + (pw.N,))
 
 
 def _mm_rows(a: np.ndarray, w: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
@@ -244,7 +239,7 @@ def _matmul_bias_specialize(consts, kwargs):
         def run_packed(A, B, bias):
             if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != K or bias is not c:
                 return generic(A, _packed.real(B), bias)
-            return _packed_rows(A, pw, c)
+            return _packed.matmul_rows(A, pw, c)
 
         run_packed.releases = (1,)
         return run_packed

@@ -168,8 +168,9 @@ def optimize(model: Model, options, kwargs=None) -> Model:
         model.applied_passes = dict(ctx.applied)
     user = {id(ov._value) for ov in getattr(options, "_initializers", {}).values()} if options is not None else set()
     if chosen and level >= 99:
-        prepack = options is None or options._config.get("session.disable_prepacking", "0") != "1"
-        _fortran_weights(model.graph, user, source, prepack)
+        from ..ops._packed import prepack_enabled
+
+        _fortran_weights(model.graph, user, source, prepack_enabled(options))
     _freeze(model.graph, user)
     path = getattr(options, "optimized_model_filepath", "") if options is not None else ""
     if path:
