@@ -41,7 +41,7 @@ import numpy as np
 
 from . import _blas
 
-__all__ = ["available", "bound", "matmul", "matmul_rows", "pack", "prepack_enabled", "prepacking", "real",
+__all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "pack", "prepack_enabled", "prepacking", "real",
            "stacked_matmul", "standin", "will_pack", "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
@@ -121,6 +121,12 @@ def _quiet_threads(lib):
         del os.environ["OPENBLAS_THREAD_TIMEOUT"]
         read_env()
     return True
+
+
+def enabled() -> bool:
+    """False when packing is turned off (``ONNXPY_PACKED_GEMM=0``) or known to be unavailable; asks nothing of
+    OpenBLAS (``available`` binds the kernels)."""
+    return _state[0] is not False and os.environ.get("ONNXPY_PACKED_GEMM", "1") != "0"
 
 
 def available() -> bool:
