@@ -545,20 +545,26 @@ def test_depthwise_axpy_declines():
     assert calls
 
 
-@pytest.mark.parametrize("shape", [(1, 8, 32, 32), (2, 3, 7, 9), (1, 5, 8, 6), (1, 2, 2, 4), (1, 3, 5, 4)])
+@pytest.mark.parametrize("shape", [(1, 8, 32, 32), (2, 3, 7, 9), (1, 5, 8, 6), (1, 2, 2, 4), (1, 3, 5, 4),
+                                   (2, 3, 9, 8)])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 @pytest.mark.parametrize("block", [1 << 19, 1])
-def test_maxpool_2x2_stride2(shape, dtype, block, monkeypatch):
+@pytest.mark.parametrize("columns_first", [False, True])
+def test_maxpool_2x2_stride2(shape, dtype, block, columns_first, monkeypatch):
     x = (np.random.default_rng(7).standard_normal(shape) * 100).astype(dtype)
     if dtype == np.float32:
         x.flat[::13] = np.nan
         x.flat[5::17] = -np.inf
     monkeypatch.setattr(pool_mod, "_MAXPOOL_BLOCK_BYTES", block)
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_HFIRST_BYTES", 0 if columns_first else 1 << 40)
     calls = []
     orig = pool_mod._max_pool_2x2s2
     monkeypatch.setattr(pool_mod, "_max_pool_2x2s2", lambda *a: calls.append(1) or orig(*a))
+    first = []
+    orig_first = pool_mod._max_pool_2x2s2_columns_first
+    monkeypatch.setattr(pool_mod, "_max_pool_2x2s2_columns_first", lambda *a: first.append(1) or orig_first(*a))
     got = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
-    assert calls
+    assert calls and bool(first) == (columns_first and shape[3] % 2 == 0)
     monkeypatch.setattr(pool_mod, "_MAXPOOL_2X2", False)
     want = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
     assert got.dtype == want.dtype and got.shape == want.shape
