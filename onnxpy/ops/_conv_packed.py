@@ -1,4 +1,4 @@
-"""Stride-1 float32 2-D convolutions on OpenBLAS's micro-kernel, the filter packed once (see ``_packed``).
+"""Float32 2-D convolutions on OpenBLAS's micro-kernel, the filter packed once (see ``_packed``).
 
 The direct path of ``conv.py`` (``_conv2d_direct``) runs one BLAS GEMM per filter tap over the flat zero-padded
 image: OpenBLAS packs both operands on every call -- the tap's (M, C) filter slice and the image window -- and
@@ -9,10 +9,11 @@ thread (``_packed._run_shared``): each thread takes its rows in blocks of whole 
 accumulator from the bias (or the residual), and for every tap packs the window (``sgemm_itcopy``: positions x
 channels, straight from the image with the channel stride as its leading dimension) and calls the kernel into the
 accumulator, which stays in cache across the taps; the block's spare columns are cropped as it is copied out.
+Strided convolutions read the image's stride phases (``conv._polyphase``) the same way, each tap a window of one.
 
 Measured on VGG-19's and ResNet's layer shapes (stride 1, 3x3, in-process, interleaved): 0.73-0.95x the direct
 path's time (64 -> 64 channels on 224x224 0.82-0.84x, 128 on 112x112 0.85x, 256 on 56x56 0.95x, 64 -> 128 on
-112x112 0.80x, 128 on 28x28 0.81x).
+112x112 0.80x, 128 on 28x28 0.81x; stride 2: ResNet-50's 128-512 channel layers 0.86-0.87x).
 
 Used for the shapes ``conv._packed_conv_ok`` admits, on filters registered at plan time (``register``: the
 session allows prepacking, see ``_packed.prepacking``) and only once the kernels are bound (``_packed.available``).
@@ -116,61 +117,70 @@ def start_from_residual(c3: np.ndarray, res: np.ndarray, B) -> None:
     c3[:, :, Wo:] = 0
 
 
-def _rows(r0, r1, xf, pf, B, out, Wp, HpWp, Wo, offs, acc, rows_b):
+def _rows(r0, r1, srcs, L, Wr, pf, B, out, Wo, acc, rows_b):
     """Output rows [r0, r1) of every image: per block of rows, the accumulator from the bias (or the residual in
     ``out``), then for each tap and depth chunk the packed window times the packed filter, then the crop into
-    ``out``."""
+    ``out``.  Tap t reads ``srcs[t] = (array (N, C, L), offset)``: rows ``Wr`` wide, ``L`` elements per channel."""
     itcopy, _, kern = _packed._state[0][:3]
     M, kcs, c0s = pf.M, pf.kc, pf.c0
-    N = xf.shape[0]
-    cap = rows_b * Wp
+    N = out.shape[0]
+    cap = rows_b * Wr
     abuf = _packed._aligned(max(kcs) * cap)
     ab = abuf.ctypes.data
     acc_buf = np.empty((M, cap), dtype=_F32)
     cp = acc_buf.ctypes.data
     Bc = None if B is None else B.reshape(M, 1)
     for n in range(N):
-        xb = xf.ctypes.data + 4 * n * pf.C * HpWp
+        bases = [(a.ctypes.data + 4 * n * pf.C * L, off) for a, off in srcs]
         for q0 in range(r0, r1, rows_b):
             h = min(rows_b, r1 - q0)
-            mb = h * Wp
+            mb = h * Wr
             c = acc_buf[:, :mb]
-            c3 = c.reshape(M, h, Wp)
+            c3 = c.reshape(M, h, Wr)
             if acc:
                 start_from_residual(c3, out[n, :, q0:q0 + h], B)
             elif Bc is not None:
                 np.copyto(c, Bc)
             else:
                 c.fill(0)
-            p0 = q0 * Wp
-            for t, off in enumerate(offs):
+            p0 = q0 * Wr
+            for t, (base, off) in enumerate(bases):
                 chunks = pf.taps[t]
                 for j, k in enumerate(kcs):
-                    itcopy(k, mb, xb + 4 * (c0s[j] * HpWp + off + p0), HpWp, ab)
+                    itcopy(k, mb, base + 4 * (c0s[j] * L + off + p0), L, ab)
                     kern(mb, M, k, 1.0, ab, chunks[j], cp, cap)
             out[n, :, q0:q0 + h] = c3[:, :, :Wo]
 
 
-def conv2d(x, pf: PackedFilter, B, pb, pe, dilations, out_shape, out=None, acc=False):
-    """Stride-1 convolution of float32 ``x`` (N, C, H, W) with the packed filter, bias ``B`` ((M,) float32 or None),
-    pads ``pb``/``pe`` (non-negative) and ``dilations``: a fresh (N, M, Ho, Wo) array, or ``out`` (C-contiguous,
-    that shape) filled -- or, with ``acc``, added to."""
+def conv2d(x, pf: PackedFilter, B, pb, pe, strides, dilations, out_shape, out=None, acc=False):
+    """Convolution of float32 ``x`` (N, C, H, W) with the packed filter, bias ``B`` ((M,) float32 or None), pads
+    ``pb``/``pe`` (non-negative), ``strides`` and ``dilations``: a fresh (N, M, Ho, Wo) array, or ``out``
+    (C-contiguous, that shape) filled -- or, with ``acc``, added to.  Stride 1 reads the flat zero-padded image
+    (one spare row: the last taps' windows run into it); larger strides its stride phases (``conv._polyphase``),
+    each tap a window of one phase."""
     N, C, H, W = x.shape
     M = pf.M
     Ho, Wo = out_shape
-    dh, dw = dilations
-    Hp, Wp = H + pb[0] + pe[0], W + pb[1] + pe[1]
-    xp = np.zeros((N, C, Hp + 1, Wp), dtype=_F32)  # (one spare row: the last taps' windows run into it)
-    xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
-    HpWp = (Hp + 1) * Wp
-    xf = xp.reshape(N, C, HpWp)
+    (sh, sw), (dh, dw) = strides, dilations
+    if sh == sw == 1:
+        Hp, Wr = H + pb[0] + pe[0], W + pb[1] + pe[1]
+        xp = np.zeros((N, C, Hp + 1, Wr), dtype=_F32)
+        xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
+        L = (Hp + 1) * Wr
+        xf = xp.reshape(N, C, L)
+        srcs = [(xf, i * dh * Wr + j * dw) for i in range(pf.KH) for j in range(pf.KW)]
+    else:
+        from .conv import _phase_taps, _polyphase
+
+        ph, Wr = _polyphase(x, pb, pe, sh, sw)
+        L = ph.shape[-1]
+        srcs = [(ph[p], qi * Wr + qj) for p, qi, qj in _phase_taps(pf.KH, pf.KW, strides, dilations)]
     if out is None:
         out = np.empty((N, M, Ho, Wo), dtype=_F32)
-    offs = [i * dh * Wp + j * dw for i in range(pf.KH) for j in range(pf.KW)]
     T = max(1, min(_T or _packed._blas_threads(), Ho))
     cuts = [Ho * t // T for t in range(T + 1)]
-    rows_b = max(1, min(-(-Ho // T), _A_FLOATS // (max(pf.kc) * Wp), _C_FLOATS // (M * Wp)))
-    parts = [(r0, r1, xf, pf, B, out, Wp, HpWp, Wo, offs, acc, rows_b) for r0, r1 in zip(cuts, cuts[1:]) if r1 > r0]
+    rows_b = max(1, min(-(-Ho // T), _A_FLOATS // (max(pf.kc) * Wr), _C_FLOATS // (M * Wr)))
+    parts = [(r0, r1, srcs, L, Wr, pf, B, out, Wo, acc, rows_b) for r0, r1 in zip(cuts, cuts[1:]) if r1 > r0]
     if len(parts) == 1 or not _packed._run_shared(_rows, parts):
         for p in parts:
             _rows(*p)

@@ -578,7 +578,7 @@ def _conv_concat_specialize(consts, kwargs):
             return None
         spec.append((w, b, None if b is None else b.reshape(-1), (p[0], p[1]), (p[2], p[3]), tuple(s), tuple(d), g,
                      w.shape[1] * g))
-        if g == 1 and tuple(s) == (1, 1) and w.shape[2] * w.shape[3] > 1:
+        if g == 1 and max(s) <= 2 and w.shape[2] * w.shape[3] > 1:
             _conv_mod._conv_packed.register(w)  # (packed on first use where that path applies: conv._conv2d_fast)
     bounds = np.cumsum([0] + [w.shape[0] for w in ws]).tolist()
     relu = activation == "Relu"

@@ -21,17 +21,19 @@ pytestmark = pytest.mark.skipif(not _packed.available(), reason="packed kernels 
 RNG = np.random.default_rng(5)
 
 
-def _ref(x, w, b, pb, pe, dil):
-    """float64 stride-1 convolution by taps."""
+def _ref(x, w, b, pb, pe, dil, st=(1, 1)):
+    """float64 convolution by taps."""
     N, C, H, W = x.shape
     M, _, KH, KW = w.shape
     xp = np.zeros((N, C, H + pb[0] + pe[0], W + pb[1] + pe[1]))
     xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
-    Ho, Wo = xp.shape[2] - (KH - 1) * dil[0], xp.shape[3] - (KW - 1) * dil[1]
+    Ho = (xp.shape[2] - (KH - 1) * dil[0] - 1) // st[0] + 1
+    Wo = (xp.shape[3] - (KW - 1) * dil[1] - 1) // st[1] + 1
     out = np.zeros((N, M, Ho, Wo))
     for i in range(KH):
         for j in range(KW):
-            win = xp[:, :, i * dil[0]:i * dil[0] + Ho, j * dil[1]:j * dil[1] + Wo]
+            win = xp[:, :, i * dil[0]:i * dil[0] + (Ho - 1) * st[0] + 1:st[0],
+                     j * dil[1]:j * dil[1] + (Wo - 1) * st[1] + 1:st[1]]
             out += np.einsum("mc,nchw->nmhw", w[:, :, i, j].astype(np.float64), win)
     if b is not None:
         out += b.reshape(1, M, 1, 1)
@@ -43,40 +45,43 @@ def _frozen(a):
     return a
 
 
-@pytest.mark.parametrize("N,C,H,W,M,KH,KW,pads,dil", [
-    (1, 64, 13, 17, 80, 3, 3, (1, 1, 1, 1), (1, 1)),
-    (2, 70, 9, 11, 65, 3, 3, (0, 2, 1, 0), (1, 1)),  # batch, asymmetric pads
-    (1, 96, 12, 12, 64, 3, 3, (2, 2, 2, 2), (2, 2)),  # dilation
-    (1, 400, 6, 7, 72, 3, 3, (1, 1, 1, 1), (1, 1)),  # two depth chunks (> 384 channels)
-    (1, 64, 5, 40, 66, 1, 3, (0, 1, 0, 1), (1, 1)),  # 1x3
-    (1, 64, 8, 8, 64, 2, 2, (0, 0, 1, 1), (1, 1)),  # 2x2, padding at the end only
-    (1, 65, 3, 3, 64, 3, 3, (0, 0, 0, 0), (1, 1)),  # one output position
+@pytest.mark.parametrize("N,C,H,W,M,KH,KW,pads,dil,st", [
+    (1, 64, 13, 17, 80, 3, 3, (1, 1, 1, 1), (1, 1), (1, 1)),
+    (2, 70, 9, 11, 65, 3, 3, (0, 2, 1, 0), (1, 1), (1, 1)),  # batch, asymmetric pads
+    (1, 96, 12, 12, 64, 3, 3, (2, 2, 2, 2), (2, 2), (1, 1)),  # dilation
+    (1, 400, 6, 7, 72, 3, 3, (1, 1, 1, 1), (1, 1), (1, 1)),  # two depth chunks (> 384 channels)
+    (1, 64, 5, 40, 66, 1, 3, (0, 1, 0, 1), (1, 1), (1, 1)),  # 1x3
+    (1, 64, 8, 8, 64, 2, 2, (0, 0, 1, 1), (1, 1), (1, 1)),  # 2x2, padding at the end only
+    (1, 65, 3, 3, 64, 3, 3, (0, 0, 0, 0), (1, 1), (1, 1)),  # one output position
+    (1, 128, 15, 14, 130, 3, 3, (1, 1, 1, 1), (1, 1), (2, 2)),  # stride 2 (stride phases), odd height
+    (2, 130, 9, 12, 128, 3, 3, (0, 1, 1, 0), (1, 1), (2, 1)),  # stride (2, 1), asymmetric pads
+    (1, 128, 13, 13, 128, 3, 3, (2, 2, 2, 2), (2, 2), (2, 2)),  # stride 2 with dilation 2
 ])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("bias", [True, False])
-def test_packed_convolution(N, C, H, W, M, KH, KW, pads, dil, threads, bias, monkeypatch):
+def test_packed_convolution(N, C, H, W, M, KH, KW, pads, dil, st, threads, bias, monkeypatch):
     monkeypatch.setattr(cp, "_T", threads)
     x = RNG.standard_normal((N, C, H, W)).astype(np.float32)
     w = (RNG.standard_normal((M, C, KH, KW)) * 0.1).astype(np.float32)
     b = RNG.standard_normal(M).astype(np.float32) if bias else None
     pb, pe = pads[:2], pads[2:]
-    want = _ref(x, w, b, pb, pe, dil)
+    want = _ref(x, w, b, pb, pe, dil, st)
     pf = cp.PackedFilter(w)
-    got = cp.conv2d(x, pf, b, pb, pe, dil, want.shape[2:])
+    got = cp.conv2d(x, pf, b, pb, pe, st, dil, want.shape[2:])
     assert got.shape == want.shape and got.dtype == np.float32 and got.flags.c_contiguous
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(C * KH * KW))
     # accumulate into a residual, and write into a channel range of a larger (concatenation) output
     z = RNG.standard_normal(want.shape).astype(np.float32)
     acc = z.copy()
-    assert cp.conv2d(x, pf, b, pb, pe, dil, want.shape[2:], out=acc, acc=True) is acc
+    assert cp.conv2d(x, pf, b, pb, pe, st, dil, want.shape[2:], out=acc, acc=True) is acc
     np.testing.assert_allclose(acc, want + z, rtol=1e-4, atol=1e-4 * np.sqrt(C * KH * KW))
     big = np.full((N, M + 5) + want.shape[2:], 7.0, np.float32)
-    cp.conv2d(x, pf, b, pb, pe, dil, want.shape[2:], out=big[:, 2:2 + M])
+    cp.conv2d(x, pf, b, pb, pe, st, dil, want.shape[2:], out=big[:, 2:2 + M])
     np.testing.assert_allclose(big[:, 2:2 + M], want, rtol=1e-4, atol=1e-4 * np.sqrt(C * KH * KW))
     assert (big[:, :2] == 7).all() and (big[:, 2 + M:] == 7).all()
     # each output is summed by one thread in one order: the thread count changes no bit
     monkeypatch.setattr(cp, "_T", 1)
-    assert np.array_equal(cp.conv2d(x, pf, b, pb, pe, dil, want.shape[2:]), got)
+    assert np.array_equal(cp.conv2d(x, pf, b, pb, pe, st, dil, want.shape[2:]), got)
 
 
 def test_registration_rules():
@@ -111,17 +116,22 @@ def test_turned_off_by_environment(monkeypatch):
     assert cp.lookup(w) is None
 
 
-@pytest.mark.parametrize("shape,wshape,taken", [
-    ((1, 64, 56, 56), (64, 64, 3, 3), True),
-    ((1, 256, 14, 14), (256, 256, 3, 3), True),  # (Winograd's range, but a 14x14 plane: packed)
-    ((1, 256, 28, 28), (256, 256, 3, 3), False),  # Winograd
-    ((1, 512, 7, 7), (512, 512, 3, 3), False),  # 7x7 plane
-    ((1, 128, 28, 28), (32, 128, 3, 3), False),  # few filters
-    ((1, 32, 28, 28), (128, 32, 3, 3), False),  # few channels
-    ((1, 64, 14, 14), (96, 64, 3, 3), False),  # channels x positions
-    ((1, 96, 28, 28), (96, 96, 5, 5), False),  # more than 9 taps
+@pytest.mark.parametrize("shape,wshape,taken,stride", [
+    ((1, 128, 56, 56), (128, 128, 3, 3), True, 2),  # (ResNet-50's downsampling)
+    ((1, 256, 14, 14), (256, 256, 3, 3), True, 2),  # onto 7x7
+    ((1, 128, 14, 14), (192, 128, 3, 3), False, 2),  # onto 7x7 with 128 channels
+    ((1, 96, 28, 28), (96, 96, 3, 3), False, 2),  # 96 channels
+    ((1, 128, 28, 28), (128, 128, 3, 3), False, 3),  # stride 3
+    ((1, 64, 56, 56), (64, 64, 3, 3), True, 1),
+    ((1, 256, 14, 14), (256, 256, 3, 3), True, 1),  # (Winograd's range, but a 14x14 plane: packed)
+    ((1, 256, 28, 28), (256, 256, 3, 3), False, 1),  # Winograd
+    ((1, 512, 7, 7), (512, 512, 3, 3), False, 1),  # 7x7 plane
+    ((1, 128, 28, 28), (32, 128, 3, 3), False, 1),  # few filters
+    ((1, 32, 28, 28), (128, 32, 3, 3), False, 1),  # few channels
+    ((1, 64, 14, 14), (96, 64, 3, 3), False, 1),  # channels x positions
+    ((1, 96, 28, 28), (96, 96, 5, 5), False, 1),  # more than 9 taps
 ])
-def test_which_shapes_take_the_packed_path(shape, wshape, taken, monkeypatch):
+def test_which_shapes_take_the_packed_path(shape, wshape, taken, stride, monkeypatch):
     calls = []
     real = cp.conv2d
     monkeypatch.setattr(cp, "conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -129,10 +139,11 @@ def test_which_shapes_take_the_packed_path(shape, wshape, taken, monkeypatch):
     w = _frozen((RNG.standard_normal(wshape) * 0.05).astype(np.float32))
     cp.register(w)
     p = (wshape[2] // 2, wshape[3] // 2)
-    y = conv._conv2d_fast(x, w, None, p, p, (1, 1), (1, 1), 1, (w, None))
+    st = (stride, stride)
+    y = conv._conv2d_fast(x, w, None, p, p, st, (1, 1), 1, (w, None))
     assert bool(calls) == taken
     monkeypatch.setattr(cp, "_ON", False)
-    np.testing.assert_allclose(y, conv._conv2d_fast(x, w, None, p, p, (1, 1), (1, 1), 1, (w, None)), rtol=1e-4,
+    np.testing.assert_allclose(y, conv._conv2d_fast(x, w, None, p, p, st, (1, 1), 1, (w, None)), rtol=1e-4,
                                atol=1e-3)
 
 
@@ -142,7 +153,9 @@ def _conv_model(kind, C=64, M=64):
     w = (RNG.standard_normal((M, C, 3, 3)) * 0.05).astype(np.float32)
     b = RNG.standard_normal(M).astype(np.float32)
     inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")]
-    if kind == "relu":  # -> FusedConv
+    if kind == "strided":
+        nodes = [helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    elif kind == "relu":  # -> FusedConv
         nodes = [helper.make_node("Conv", ["x", "W", "b"], ["c"], pads=[1, 1, 1, 1]),
                  helper.make_node("Relu", ["c"], ["y"])]
     elif kind == "residual":  # -> ConvAdd: the convolution accumulates into the residual
@@ -160,13 +173,14 @@ def _conv_model(kind, C=64, M=64):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-@pytest.mark.parametrize("kind", ["relu", "residual", "concat"])
+@pytest.mark.parametrize("kind", ["relu", "residual", "concat", "strided"])
 def test_sessions_against_onnxruntime(kind, monkeypatch):
     calls = []
     real = cp.conv2d
     monkeypatch.setattr(cp, "conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
-    data = _conv_model(kind)
-    x = RNG.standard_normal((1, 64, 20, 20)).astype(np.float32)
+    C = 128 if kind == "strided" else 64
+    data = _conv_model(kind, C, C)
+    x = RNG.standard_normal((1, C, 30 if kind == "strided" else 20, 20)).astype(np.float32)
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = onnxpy.InferenceSession(data).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
