@@ -164,7 +164,11 @@ def conv2d(x, pf: PackedFilter, B, pb, pe, strides, dilations, out_shape, out=No
     (sh, sw), (dh, dw) = strides, dilations
     if sh == sw == 1:
         Hp, Wr = H + pb[0] + pe[0], W + pb[1] + pe[1]
-        xp = np.zeros((N, C, Hp + 1, Wr), dtype=_F32)
+        xp = np.empty((N, C, Hp + 1, Wr), dtype=_F32)  # (zeroing only the borders: 0.7x np.zeros + copy)
+        xp[:, :, :pb[0]] = 0
+        xp[:, :, pb[0] + H:] = 0
+        xp[:, :, pb[0]:pb[0] + H, :pb[1]] = 0
+        xp[:, :, pb[0]:pb[0] + H, pb[1] + W:] = 0
         xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
         L = (Hp + 1) * Wr
         xf = xp.reshape(N, C, L)
