@@ -203,3 +203,25 @@ def test_other_input_shapes_of_the_same_session(monkeypatch):
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
     with pytest.raises(Exception, match="64|channel"):
         sess.run(None, {"x": RNG.standard_normal((1, 32, 20, 20)).astype(np.float32)})
+
+
+def test_concurrent_runs_give_identical_results():
+    """Two threads running packed convolutions at once: one holds the helper, the other runs its parts alone."""
+    import threading
+
+    data = _conv_model("relu", 128, 128)
+    sess = onnxpy.InferenceSession(data)
+    xs = [RNG.standard_normal((1, 128, 24, 24)).astype(np.float32) for _ in range(4)]
+    want = [sess.run(None, {"x": x})[0] for x in xs]
+    out = [None] * len(xs)
+
+    def work(i):
+        for _ in range(5):
+            out[i] = sess.run(None, {"x": xs[i]})[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(o, w) for o, w in zip(out, want))
