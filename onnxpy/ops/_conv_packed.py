@@ -15,7 +15,7 @@ Measured on VGG-19's and ResNet's layer shapes (stride 1, 3x3, in-process, inter
 path's time (64 -> 64 channels on 224x224 0.82-0.84x, 128 on 112x112 0.85x, 256 on 56x56 0.95x, 64 -> 128 on
 112x112 0.80x, 128 on 28x28 0.81x; stride 2: ResNet-50's 128-512 channel layers 0.86-0.87x).
 
-Used for the shapes ``conv._packed_conv_ok`` admits, on filters registered at plan time (``register``: the
+Used for the shapes ``conv._packed_shape_ok`` admits, on filters registered at plan time (``register``: the
 session allows prepacking, see ``_packed.prepacking``) and only once the kernels are bound (``_packed.available``).
 """
 
