@@ -25,7 +25,7 @@ FILES = {
     'contrib_text.py': 1618180257,
     'contrib_transformer.py': 3955807728,
     'control_flow.py': 569346420,
-    'conv.py': 2481741311,
+    'conv.py': 3283164940,
     'detection.py': 2012434111,
     'elementwise.py': 467344056,
     'fused_small.py': 3862438234,

@@ -1182,9 +1182,11 @@ def _packed_shape_ok(C: int, M: int, P: int, strides) -> bool:
             and C * P >= _PACKED_STRIDED_MIN_CP)
 
 
-def _winograd_ok(x, w, out_shape) -> bool:
-    """The Winograd branch of ``_conv2d_fast`` would take this (3x3, stride 1, group 1) convolution."""
-    return (_WINOGRAD and w.shape[2] == w.shape[3] == 3 and x.dtype == _F32 and w.dtype == _F32
+def _winograd_ok(x, w, strides, dilations, out_shape) -> bool:
+    """A group-1 convolution ``_conv2d_fast`` runs as Winograd F(2x2, 3x3): 3x3, stride 1, no dilation, float32,
+    wide layers (VGG's, ResNet's 256/512-channel stages) on mid-size planes (56x56 measured slower)."""
+    return (_WINOGRAD and w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1
+            and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
             and x.shape[1] >= _WINOGRAD_MIN_C and w.shape[0] >= _WINOGRAD_MIN_M
             and _WINOGRAD_MIN_P <= out_shape[0] * out_shape[1] <= _WINOGRAD_MAX_P)
 
@@ -1245,16 +1247,13 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
             return _into(_depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B), out, acc)
         return None
     P = out_shape[0] * out_shape[1]
+    winograd = group == 1 and _winograd_ok(x, w, strides, dilations, out_shape)
     if (group == 1 and 1 < KH * KW <= _PACKED_MAX_TAPS and wkey[0] is w and x.dtype == _F32
-            and _packed_shape_ok(C, M, P, strides) and not (P > _PACKED_MAX_WINOGRAD_P and strides[0] == strides[1] == 1
-                                                             and _winograd_ok(x, w, out_shape))):
+            and _packed_shape_ok(C, M, P, strides) and not (winograd and P > _PACKED_MAX_WINOGRAD_P)):
         pf = _conv_packed.lookup(w)  # (a filter registered at plan time: packed once for OpenBLAS's kernel)
         if pf is not None:
             return _conv_packed.conv2d(x, pf, B, pb, pe, strides, dilations, out_shape, out, acc)
-    if (_WINOGRAD and group == 1 and KH == 3 and KW == 3 and strides[0] == strides[1] == 1
-            and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
-            and C >= _WINOGRAD_MIN_C and M >= _WINOGRAD_MIN_M
-            and _WINOGRAD_MIN_P <= out_shape[0] * out_shape[1] <= _WINOGRAD_MAX_P):
+    if winograd:
         # wide 3x3 layers (VGG's, ResNet's 256/512-channel stages): Winograd F(2x2,3x3), 2.25x fewer multiplications
         return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out, acc)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
