@@ -21,9 +21,6 @@ session allows prepacking, see ``_packed.prepacking``) and only once the kernels
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 
 from . import _packed
@@ -41,9 +38,8 @@ _C_FLOATS = 1 << 18
 
 _ON = True  # test hook: the packed path on/off
 _T = 0  # test hook: threads (0: the BLAS thread count)
-_lock = threading.Lock()
-# id(filter) -> [weak reference, PackedFilter or None (registered, not packed yet)]
-_REG: dict = {}
+# A registered filter has an entry in ``_packed``'s table of packed constants (keyed by the array, dropped with it):
+# "filter" -> its PackedFilter, None until first use.
 
 
 class PackedFilter:
@@ -81,28 +77,25 @@ def register(w) -> None:
     if (type(w) is not np.ndarray or w.dtype != _F32 or w.ndim != 4 or w.flags.writeable
             or getattr(_packed._local, "off", False) or not _packed.enabled()):
         return
-    key = id(w)
-    with _lock:
-        hit = _REG.get(key)
-        if hit is not None and hit[0]() is w:
-            return
-        _REG[key] = [weakref.ref(w, lambda _r, k=key: _REG.pop(k, None)), None]
+    with _packed._lock:
+        if _packed._entry(w) is None:
+            _packed._remember(w, {"filter": None})
 
 
 def lookup(w) -> PackedFilter | None:
     """The packed form of a registered filter ``w`` (packed on first use), or None: not registered, or the kernels
     cannot be bound."""
-    hit = _REG.get(id(w))
-    if not _ON or hit is None or hit[0]() is not w:
+    table = _packed._entry(w) if _ON else None
+    if table is None or "filter" not in table:
         return None
-    pf = hit[1]
+    pf = table["filter"]
     if pf is None:
         if not _packed.available():
             return None
-        with _lock:
-            pf = hit[1]
+        with _packed._lock:
+            pf = table["filter"]
             if pf is None:
-                pf = hit[1] = PackedFilter(w)
+                pf = table["filter"] = PackedFilter(w)
     return pf
 
 
@@ -158,24 +151,17 @@ def conv2d(x, pf: PackedFilter, B, pb, pe, strides, dilations, out_shape, out=No
     (C-contiguous, that shape) filled -- or, with ``acc``, added to.  Stride 1 reads the flat zero-padded image
     (one spare row: the last taps' windows run into it); larger strides its stride phases (``conv._polyphase``),
     each tap a window of one phase."""
-    N, C, H, W = x.shape
+    N = x.shape[0]
     M = pf.M
     Ho, Wo = out_shape
     (sh, sw), (dh, dw) = strides, dilations
+    from .conv import _flat_padded, _phase_taps, _polyphase
+
     if sh == sw == 1:
-        Hp, Wr = H + pb[0] + pe[0], W + pb[1] + pe[1]
-        xp = np.empty((N, C, Hp + 1, Wr), dtype=_F32)  # (zeroing only the borders: 0.7x np.zeros + copy)
-        xp[:, :, :pb[0]] = 0
-        xp[:, :, pb[0] + H:] = 0
-        xp[:, :, pb[0]:pb[0] + H, :pb[1]] = 0
-        xp[:, :, pb[0]:pb[0] + H, pb[1] + W:] = 0
-        xp[:, :, pb[0]:pb[0] + H, pb[1]:pb[1] + W] = x
-        L = (Hp + 1) * Wr
-        xf = xp.reshape(N, C, L)
+        xf, Wr = _flat_padded(x, pb, pe)
+        L = xf.shape[-1]
         srcs = [(xf, i * dh * Wr + j * dw) for i in range(pf.KH) for j in range(pf.KW)]
     else:
-        from .conv import _phase_taps, _polyphase
-
         ph, Wr = _polyphase(x, pb, pe, sh, sw)
         L = ph.shape[-1]
         srcs = [(ph[p], qi * Wr + qj) for p, qi, qj in _phase_taps(pf.KH, pf.KW, strides, dilations)]

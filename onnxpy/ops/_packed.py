@@ -70,7 +70,7 @@ _state: list = [None]  # None: not tried; "retry": try again later; False: unava
 def _bind():
     """(itcopy, oncopy, kernel, incopy, otcopy) of the core numpy's OpenBLAS runs; "retry" when OpenBLAS's threads
     cannot be quieted now; None when the kernels cannot be used."""
-    if os.environ.get("ONNXPY_PACKED_GEMM", "1") == "0":
+    if not enabled():
         return None
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         return None
@@ -450,7 +450,7 @@ def stacked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, trans_a: bool 
 
 # -- weights and their stand-ins ------------------------------------------------------------------------------------
 # id(array) -> (weakref to the array, {transposed?: PackedWeight}); an array and the stand-in that replaces it share
-# the inner dict
+# the inner dict (a convolution filter's holds "filter": its _conv_packed.PackedFilter, see _conv_packed.register)
 _PACKS: dict = {}
 
 

@@ -102,10 +102,10 @@ def test_registration_rules():
     assert cp.lookup(w2) is None
     # the entry goes with the filter
     ref = weakref.ref(pf)
-    n = len(cp._REG)
+    n = len(_packed._PACKS)
     del w, pf
     gc.collect()
-    assert ref() is None and len(cp._REG) == n - 1
+    assert ref() is None and len(_packed._PACKS) == n - 1
 
 
 def test_turned_off_by_environment(monkeypatch):
