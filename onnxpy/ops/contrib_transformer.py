@@ -166,13 +166,19 @@ def _causal_t(S: int, T: int, past: int) -> np.ndarray:
 
 
 def _stacks_mm(a, b, out, trans_a, trans_b) -> bool:
-    """``out = op(a) @ op(b)`` over the heads of 4-D float32 stacks through ``_packed.stacked_matmul`` (heads split
-    between threads, no OpenBLAS threading per head), batch by batch; False when that path does not apply."""
-    if a.dtype != _F32 or not _packed.bound():
+    """``out = op(a) @ op(b)`` over the heads of 4-D float32 stacks, batch by batch, the heads split between threads:
+    ``_packed.split_matmul`` (large stacks) or ``_packed.stacked_matmul``; False when neither applies to the first
+    batch (the caller uses numpy)."""
+    if a.dtype != _F32:
         return False
     for i in range(a.shape[0]):
-        if not _packed.stacked_matmul(a[i], b[i], out[i], trans_a, trans_b):
-            return False  # (the same for every batch: only the first can decline)
+        if not (_packed.split_matmul(a[i], b[i], out[i], trans_a, trans_b)
+                or _packed.bound() and _packed.stacked_matmul(a[i], b[i], out[i], trans_a, trans_b)):
+            if i:  # (a later batch declined: the helpers are busy elsewhere; numpy finishes the rest)
+                np.matmul(a[i:].swapaxes(-1, -2) if trans_a else a[i:], b[i:].swapaxes(-1, -2) if trans_b else b[i:],
+                          out=out[i:])
+                return True
+            return False
     return True
 
 

@@ -291,6 +291,100 @@ def test_attention_heads_through_stacked_products(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def _heads(H, r, c):
+    """A stack of H (r, c) matrices as attention keeps them: views of one projection, rows ``H * (c + 3)`` apart."""
+    return RNG.standard_normal((r, H, c + 3)).astype(np.float32)[:, :, :c].transpose(1, 0, 2)
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_split_matmul(ta, tb):
+    """Stacks split between the calling thread and the helper (one numpy product each, OpenBLAS held to one thread):
+    numpy's results for strided views and a strided output, and OpenBLAS's thread count back where it was."""
+    from onnxpy.execution import threads
+
+    H, M, N, K = 12, 128, 130, 64
+    a = _heads(H, K, M) if ta else _heads(H, M, K)
+    b = _heads(H, N, K) if tb else _heads(H, K, N)
+    store = np.full((M, H, N), np.nan, np.float32)
+    out = store.transpose(1, 0, 2)
+    before = threads.get_blas_threads()
+    assert _packed.split_matmul(a, b, out, ta, tb) == (min(before, H) >= 2)
+    assert threads.get_blas_threads() == before
+    if min(before, H) >= 2:
+        want = np.matmul(a.swapaxes(1, 2) if ta else a, b.swapaxes(1, 2) if tb else b)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_split_matmul_declines():
+    from onnxpy.execution import threads
+
+    a = RNG.standard_normal((12, 128, 64)).astype(np.float32)
+    b = RNG.standard_normal((12, 64, 128)).astype(np.float32)
+    out = np.full((12, 128, 128), 7.0, np.float32)
+    before = threads.get_blas_threads()
+    assert not _packed.split_matmul(a[:4], b[:4], out[:4])  # 4 x 1M multiply-adds: below the hand-off's worth
+    assert not _packed.split_matmul(a[:1], b[:1], out[:1])  # one matrix
+    assert not _packed.split_matmul(a, b[:11], out)  # shapes disagree
+    assert not _packed.split_matmul(a, b.swapaxes(1, 2), out)  # inner sizes disagree
+    assert not _packed.split_matmul(a.astype(np.float64), b, out.astype(np.float64))
+    sq = RNG.standard_normal((12, 128, 128)).astype(np.float32)
+    assert not _packed.split_matmul(sq, sq.copy(), sq)  # the output overlaps an operand
+    ro = out.copy()
+    ro.flags.writeable = False
+    assert not _packed.split_matmul(a, b, ro)
+    with _packed._pool_acquire:  # another product holds the helpers
+        assert not _packed.split_matmul(a, b, out)
+    assert (out == 7.0).all() and threads.get_blas_threads() == before
+    if before >= 2:
+        try:
+            threads.set_blas_threads(1)  # intra_op_num_threads=1
+            assert not _packed.split_matmul(a, b, out)
+        finally:
+            threads.set_blas_threads(before)
+
+
+def test_split_matmul_error_restores_threads(monkeypatch):
+    from onnxpy.execution import threads
+
+    before = threads.get_blas_threads()
+    if before < 2:
+        pytest.skip("needs two BLAS threads")
+
+    def boom(*args):
+        raise RuntimeError("part failed")
+
+    monkeypatch.setattr(_packed, "_split_part", boom)
+    a = RNG.standard_normal((12, 128, 64)).astype(np.float32)
+    b = RNG.standard_normal((12, 64, 128)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="part failed"):
+        _packed.split_matmul(a, b, np.empty((12, 128, 128), np.float32))
+    assert threads.get_blas_threads() == before
+
+
+def test_attention_heads_through_split_products(monkeypatch):
+    """MultiHeadAttention's per-head products of a BERT-base layer (12 heads of 64, sequence 128) through
+    ``split_matmul`` give numpy's results; with the helpers busy every batch still gets its products."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    if min(_packed._blas_threads(), 12) < 2:
+        pytest.skip("needs two BLAS threads")
+    calls = []
+    orig = _packed.split_matmul
+    monkeypatch.setattr(_packed, "split_matmul", lambda *a: calls.append(orig(*a)) or calls[-1])
+    B, S, N, Hd = 2, 128, 12, 64
+    q, k, v = [RNG.standard_normal((B, N, S, Hd)).astype(np.float32) for _ in range(3)]
+    got = ct._mha_core_t(q, k, v, 0.125, None, None)
+    assert calls == [True] * (2 * B)
+    monkeypatch.setattr(ct, "_stacks_mm", lambda *a: False)
+    want = ct._mha_core_t(q, k, v, 0.125, None, None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    monkeypatch.undo()
+    flips = iter([True, False, False, False])  # the second batch's products find the helpers busy: numpy
+    monkeypatch.setattr(_packed, "split_matmul", lambda *a: next(flips) and orig(*a))
+    monkeypatch.setattr(_packed, "stacked_matmul", lambda *a: False)
+    np.testing.assert_allclose(ct._mha_core_t(q, k, v, 0.125, None, None), want, rtol=1e-5, atol=1e-6)
+
+
 def test_shared_work_raises_and_stays_in_step():
     """An error on either thread comes back to the caller once every part is done, and the helpers stay in step."""
     seen = []
