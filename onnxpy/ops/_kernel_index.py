@@ -42,7 +42,7 @@ FILES = {
     'ml_trees_v5.py': 1700604448,
     'normalization.py': 1068827433,
     'pad.py': 3380247716,
-    'pool.py': 1623916338,
+    'pool.py': 409114061,
     'quantize.py': 1631935384,
     'random.py': 2997381316,
     'random_state.py': 1710170694,

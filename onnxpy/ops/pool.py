@@ -316,6 +316,8 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
 _MAXPOOL_BLOCK_BYTES = 1 << 19
 _MAXPOOL_W3S2 = True
 _MAXPOOL_2X2 = True  # test hook: ``_max_pool_2x2s2`` on/off
+# Channel block of ``_max_pool_2x2s2`` (bytes of input; in-model on VGG-19, two threads: 1 MiB 0.8-0.9x 512 KiB).
+_MAXPOOL_2X2_BLOCK_BYTES = 1 << 20
 # Images (one batch item) of at least this many bytes take ``_max_pool_2x2s2_columns_first`` (read from memory once).
 _MAXPOOL_HFIRST_BYTES = 8 << 20
 _LITTLE_ENDIAN = sys.byteorder == "little"  # (``_max_pool_2x2s2`` takes a pair's first element as its low half)
@@ -326,43 +328,48 @@ def _max_pool_2x2s2(x, out):
     pairs' maximum (contiguous rows), then each element's maximum with its right neighbour over the flattened rows
     (one contiguous pass), whose even elements -- the low halves of the 8-byte pairs -- come out through one
     int64 -> int32 conversion (a contiguous pass instead of a stride-2 copy).  0.65-0.85x the strided passes on
-    VGG-19's pools.  Extra input rows/columns (odd sizes) are ignored, as the floor-mode windows do."""
+    VGG-19's pools.  Extra input rows/columns (odd sizes) are ignored, as the floor-mode windows do.  Large images
+    split their channels between two threads (``_by_channels``)."""
     N, C, H, W = x.shape
-    Ho, Wo = out
-    if W == 2 * Wo and x.flags.c_contiguous and C * H * W * 4 >= _MAXPOOL_HFIRST_BYTES:
-        return _max_pool_2x2s2_columns_first(x, out)
-    res = np.empty((N, C, Ho, Wo), dtype=x.dtype)
-    step = max(1, min(C, _MAXPOOL_BLOCK_BYTES // max(1, 4 * Ho * 4 * Wo)))
+    res = np.empty((N, C) + tuple(out), dtype=x.dtype)
+    if W == 2 * out[1] and x.flags.c_contiguous and C * H * W * 4 >= _MAXPOOL_HFIRST_BYTES:
+        return _by_channels(_max_pool_2x2s2_columns_first, x, res)
+    return _by_channels(_max_pool_2x2s2_rows_first, x, res)
+
+
+def _max_pool_2x2s2_rows_first(x, res, c_lo, c_hi):
+    """``_max_pool_2x2s2`` of channels [c_lo, c_hi) into ``res``."""
+    N, C, H, W = x.shape
+    Ho, Wo = res.shape[2:]
+    step = max(1, min(c_hi - c_lo, _MAXPOOL_2X2_BLOCK_BYTES // max(1, 4 * Ho * 4 * Wo)))
     m = np.empty(step * Ho * 2 * Wo, dtype=x.dtype)
     q = np.empty_like(m)  # (its last element, the high half of the last pair, is never set: the conversion drops it)
     for n in range(N):
-        for c0 in range(0, C, step):
-            c1 = min(C, c0 + step)
+        for c0 in range(c_lo, c_hi, step):
+            c1 = min(c_hi, c0 + step)
             L = (c1 - c0) * Ho * 2 * Wo
             mm = m[:L].reshape(c1 - c0, Ho, 2 * Wo)
             xb = x[n, c0:c1]
             np.maximum(xb[:, 0:2 * Ho:2, :2 * Wo], xb[:, 1:2 * Ho:2, :2 * Wo], out=mm)
             np.maximum(m[:L - 1], m[1:L], out=q[:L - 1])
             np.copyto(res[n, c0:c1].reshape(-1).view(np.int32), q[:L].view(np.int64), casting="unsafe")
-    return res
 
 
-def _max_pool_2x2s2_columns_first(x, out):
-    """``_max_pool_2x2s2`` for large C-contiguous images of even width, the passes reordered so the image is read
-    once, front to back: per block of channels each element's maximum with its right neighbour over the flattened
-    block, the even elements out through the int64 -> int32 conversion, then the row pairs' maximum of that half-width
-    result (in cache).  On VGG-19's first pool (64 x 224 x 224, 12.8 MB: read from memory) 0.59x the row-pairs-first
-    order alone and 0.62x right after the convolution that writes it (2.95 -> 1.83 ms); from 128 x 112 x 112 down,
-    with the image in cache, the same (1.0-1.04x)."""
+def _max_pool_2x2s2_columns_first(x, res, c_lo, c_hi):
+    """``_max_pool_2x2s2`` of channels [c_lo, c_hi) for large C-contiguous images of even width, the passes
+    reordered so the image is read once, front to back: per block of channels each element's maximum with its right
+    neighbour over the flattened block, the even elements out through the int64 -> int32 conversion, then the row
+    pairs' maximum of that half-width result (in cache).  On VGG-19's first pool (64 x 224 x 224, 12.8 MB: read from
+    memory) 0.59x the row-pairs-first order alone and 0.62x right after the convolution that writes it (2.95 -> 1.83
+    ms); from 128 x 112 x 112 down, with the image in cache, the same (1.0-1.04x)."""
     N, C, H, W = x.shape
-    Ho, Wo = out
-    res = np.empty((N, C, Ho, Wo), dtype=x.dtype)
-    step = max(1, min(C, _MAXPOOL_BLOCK_BYTES // (4 * H * W)))
+    Ho, Wo = res.shape[2:]
+    step = max(1, min(c_hi - c_lo, _MAXPOOL_2X2_BLOCK_BYTES // (4 * H * W)))
     q = np.empty(step * H * W, dtype=x.dtype)  # (its last element is never set: the conversion drops it)
     e = np.empty(step * H * Wo, dtype=x.dtype)
     for n in range(N):
-        for c0 in range(0, C, step):
-            c1 = min(C, c0 + step)
+        for c0 in range(c_lo, c_hi, step):
+            c1 = min(c_hi, c0 + step)
             L = (c1 - c0) * H * W
             f = x[n, c0:c1].reshape(-1)
             np.maximum(f[:L - 1], f[1:L], out=q[:L - 1])
@@ -370,6 +377,30 @@ def _max_pool_2x2s2_columns_first(x, out):
             np.copyto(eb.view(np.int32), q[:L].view(np.int64), casting="unsafe")
             e3 = eb.reshape(c1 - c0, H, Wo)
             np.maximum(e3[:, 0:2 * Ho:2], e3[:, 1:2 * Ho:2], out=res[n, c0:c1])
+
+
+# 2x2 pools whose input has at least this many bytes split their channels between the calling thread and the GEMM
+# helper thread (``_packed._run_shared``): each half's passes are long numpy calls (the GIL released), so the threads
+# seldom wait for each other.  In-model on VGG-19 (with 1 MiB blocks): 64 x 224 x 224 0.60x, 128 x 112 x 112 0.63x,
+# 256 x 56 x 56 0.91x one thread's time; smaller pools cost less than the hand-off (~50-80 us).  The 3x3 stride-2
+# pools (``_max_pool_w3s2``, inputs in cache, more calls per block) lost: ResNet-50's 1.27x, SqueezeNet's 1.18x.
+_POOL_SPLIT_BYTES = 2 << 20
+_POOL_SPLIT = True  # test hook
+
+
+def _by_channels(fn, x, res, *args):
+    """``fn(x, res, c_lo, c_hi, *args)`` over every channel, in two halves on two threads for large inputs when the
+    session allows two threads (``intra_op_num_threads``) and the helper is free; returns ``res``."""
+    C = x.shape[1]
+    if _POOL_SPLIT and C >= 2 and x.nbytes >= _POOL_SPLIT_BYTES:
+        from . import _packed
+
+        T = min(_packed._blas_threads(), C)
+        if T >= 2:
+            cuts = [C * t // T for t in range(T + 1)]
+            if _packed._run_shared(fn, [(x, res, c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])]):
+                return res
+    fn(x, res, 0, C, *args)
     return res
 
 

@@ -14,6 +14,7 @@ from onnx import helper
 from _oracle import Init, assert_outputs_close, infer_output_types, run_onnxpy, run_ort, single_node
 from onnxpy.ops import conv as conv_mod
 from onnxpy.ops import pool as pool_mod
+from onnxpy.ops import _packed
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -550,13 +551,20 @@ def test_depthwise_axpy_declines():
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 @pytest.mark.parametrize("block", [1 << 19, 1])
 @pytest.mark.parametrize("columns_first", [False, True])
-def test_maxpool_2x2_stride2(shape, dtype, block, columns_first, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_maxpool_2x2_stride2(shape, dtype, block, columns_first, split, monkeypatch):
+    """Both pass orders, channel blocks of one channel or many, channels split between two threads or not: the
+    strided passes' results bit for bit."""
     x = (np.random.default_rng(7).standard_normal(shape) * 100).astype(dtype)
     if dtype == np.float32:
         x.flat[::13] = np.nan
         x.flat[5::17] = -np.inf
-    monkeypatch.setattr(pool_mod, "_MAXPOOL_BLOCK_BYTES", block)
+    monkeypatch.setattr(pool_mod, "_MAXPOOL_2X2_BLOCK_BYTES", block)
     monkeypatch.setattr(pool_mod, "_MAXPOOL_HFIRST_BYTES", 0 if columns_first else 1 << 40)
+    monkeypatch.setattr(pool_mod, "_POOL_SPLIT_BYTES", 0 if split else 1 << 40)
+    shared = []
+    orig_shared = _packed._run_shared
+    monkeypatch.setattr(_packed, "_run_shared", lambda fn, parts: shared.append(len(parts)) or orig_shared(fn, parts))
     calls = []
     orig = pool_mod._max_pool_2x2s2
     monkeypatch.setattr(pool_mod, "_max_pool_2x2s2", lambda *a: calls.append(1) or orig(*a))
@@ -565,6 +573,7 @@ def test_maxpool_2x2_stride2(shape, dtype, block, columns_first, monkeypatch):
     monkeypatch.setattr(pool_mod, "_max_pool_2x2s2_columns_first", lambda *a: first.append(1) or orig_first(*a))
     got = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
     assert calls and bool(first) == (columns_first and shape[3] % 2 == 0)
+    assert shared == ([2] if split and _packed._blas_threads() >= 2 else [])
     monkeypatch.setattr(pool_mod, "_MAXPOOL_2X2", False)
     want = pool_mod.max_pool(x, kernel_shape=[2, 2], strides=[2, 2])
     assert got.dtype == want.dtype and got.shape == want.shape
