@@ -42,7 +42,7 @@ import numpy as np
 from . import _blas
 
 __all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "pack", "prepack_enabled", "prepacking", "real",
-           "split_matmul", "stacked_matmul", "standin", "will_pack", "PackedWeight"]
+           "run_single_blas", "split_matmul", "stacked_matmul", "standin", "will_pack", "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
 # Weight rows (output features) and depth per kernel call: a 128 x 384 block (192 KiB) stays in L2 while the
@@ -480,18 +480,27 @@ def split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, trans_a: bool = 
     T = min(_blas_threads(), Hn)
     if T < 2:
         return False
+    opa = a.swapaxes(1, 2) if trans_a else a
+    opb = b.swapaxes(1, 2) if trans_b else b
+    cuts = [Hn * t // T for t in range(T + 1)]
+    return run_single_blas(_split_part, [(opa, opb, out, c0, c1) for c0, c1 in zip(cuts, cuts[1:])])
+
+
+def run_single_blas(fn, parts) -> bool:
+    """:func:`_run_shared` (``fn(*parts[0])`` here, the others on helper threads) with OpenBLAS held to one thread
+    meanwhile, so that BLAS calls inside the parts (numpy's products) run on the thread that makes them instead of
+    waking OpenBLAS's worker; False, running nothing, when the BLAS thread count cannot be set or another product
+    holds the helpers.  OpenBLAS's thread count is global: BLAS calls on other Python threads run single-threaded
+    meanwhile (same results)."""
     from ..execution.threads import _find_api
 
     api = _find_api()
     if not api:
         return False
-    opa = a.swapaxes(1, 2) if trans_a else a
-    opb = b.swapaxes(1, 2) if trans_b else b
-    cuts = [Hn * t // T for t in range(T + 1)]
     before = int(api[1]())
     api[0](1)
     try:
-        return _run_shared(_split_part, [(opa, opb, out, c0, c1) for c0, c1 in zip(cuts, cuts[1:])])
+        return _run_shared(fn, parts)
     finally:
         api[0](before)
 

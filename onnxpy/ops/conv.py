@@ -25,6 +25,7 @@ from ._spatial import (
 )
 from . import _blas
 from . import _conv_packed
+from . import _packed
 from .linalg import _dot2
 from .registry import kernel
 from .winograd import winograd_conv2d
@@ -78,6 +79,14 @@ _WINOGRAD_MIN_C = 192
 _WINOGRAD_MIN_M = 192
 _WINOGRAD_MIN_P = 196
 _WINOGRAD_MAX_P = 1024  # (32x32; 56x56 measured slower)
+# Larger planes with 128+ channels and filters run Winograd with its tile rows split between two threads
+# (``winograd_conv2d(threads=...)``: each thread's transforms and products on its own core, OpenBLAS held to one
+# thread), which beats the packed-filter path there: VGG-19's 128 -> 128 at 112x112 0.87x, 128 -> 256 at 56x56
+# 0.83x, 256 -> 256 at 56x56 0.78x alone; 64 channels (1.02-1.05x) and the planes below stay as they were (the
+# 28x28 Winograd layers 1.0-1.03x, 14x14 ones 1.07-1.2x, 13x13 and below 1.3-2x).  VGG-19 0.91x in-process.
+_WINOGRAD_WIDE = True
+_WINOGRAD_WIDE_MIN_C = 128
+_WINOGRAD_WIDE_MIN_P = 2500
 # Elements of one im2col block of the 2-D GEMM path (4 MiB of float32).
 _GEMM_COLS_BLOCK = 1 << 20
 # Stride-1 convolutions (group 1, at most 9 taps) take the packed-filter path (``_conv_packed``) with at least this
@@ -1197,6 +1206,16 @@ def _winograd_ok(x, w, strides, dilations, out_shape) -> bool:
             and _WINOGRAD_MIN_P <= out_shape[0] * out_shape[1] <= _WINOGRAD_MAX_P)
 
 
+def _winograd_wide_ok(x, w, strides, dilations, out_shape) -> bool:
+    """A group-1 convolution ``_conv2d_fast`` runs as two-thread Winograd: 3x3, stride 1, no dilation, float32,
+    128+ channels and filters on planes of 2500+ positions (VGG-19's 56x56 and 112x112 layers), two BLAS threads
+    allowed."""
+    return (_WINOGRAD_WIDE and w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1
+            and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
+            and x.shape[1] >= _WINOGRAD_WIDE_MIN_C and w.shape[0] >= _WINOGRAD_WIDE_MIN_C
+            and out_shape[0] * out_shape[1] >= _WINOGRAD_WIDE_MIN_P and _packed._blas_threads() >= 2)
+
+
 def _direct_ok(x, w, out_shape):
     C = x.shape[1]
     M = w.shape[0]
@@ -1253,15 +1272,18 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
             return _into(_depthwise2d_strided(x, w, pb, pe, strides, dilations, out_shape, group, B), out, acc)
         return None
     P = out_shape[0] * out_shape[1]
-    winograd = group == 1 and _winograd_ok(x, w, strides, dilations, out_shape)
+    wide = group == 1 and _winograd_wide_ok(x, w, strides, dilations, out_shape)
+    winograd = wide or group == 1 and _winograd_ok(x, w, strides, dilations, out_shape)
     if (group == 1 and 1 < KH * KW <= _PACKED_MAX_TAPS and wkey[0] is w and x.dtype == _F32
             and _packed_shape_ok(C, M, P, strides) and not (winograd and P > _PACKED_MAX_WINOGRAD_P)):
         pf = _conv_packed.lookup(w)  # (a filter registered at plan time: packed once for OpenBLAS's kernel)
         if pf is not None:
             return _conv_packed.conv2d(x, pf, B, pb, pe, strides, dilations, out_shape, out, acc)
     if winograd:
-        # wide 3x3 layers (VGG's, ResNet's 256/512-channel stages): Winograd F(2x2,3x3), 2.25x fewer multiplications
-        return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B), out, acc)
+        # wide 3x3 layers (VGG's, ResNet's 256/512-channel stages): Winograd F(2x2,3x3), 2.25x fewer multiplications;
+        # large planes split between two threads
+        return _into(winograd_conv2d(x, w, (pb[0], pb[1], pe[0], pe[1]), B,
+                                     threads=_packed._blas_threads() if wide else 1), out, acc)
     if (group == 1 and KH * KW > 1 and strides[0] <= 4 and strides[1] <= 4 and _direct_ok(x, w, out_shape)
             and _blas.available()):
         # 64+ channels, C <= M <= 3C, many positions: per-tap BLAS GEMMs straight from the padded image

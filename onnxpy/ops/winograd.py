@@ -94,11 +94,14 @@ def _block_rows(C, M, th, Wq, itemsize):
     return min(th, rows)
 
 
-def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None):
+def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None, threads=1):
     """3x3 stride-1 convolution (cross-correlation, as ONNX Conv) of x (N, C, H, W) with w (M, C, 3, 3).
 
     ``pads`` = (top, left, bottom, right), non-negative; ``bias`` (M,) or None.  x and w float32 (or both float64);
-    returns (N, M, H + top + bottom - 2, W + left + right - 2) C-contiguous in x's dtype."""
+    returns (N, M, H + top + bottom - 2, W + left + right - 2) C-contiguous in x's dtype.  With ``threads`` > 1 the
+    tile rows are split between the calling thread and the GEMM helper threads, each running its blocks' transforms
+    and products with OpenBLAS held to one thread (``_packed.run_single_blas``; one thread when the helpers are
+    busy)."""
     N, C, H, W = x.shape
     M = w.shape[0]
     dt = x.dtype
@@ -109,6 +112,26 @@ def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None):
     U = _filter(w)
     out = np.empty((N, M, Ho, Wo), dtype=dt)
     rb = block_rows or _block_rows(C, M, th, Wq, dt.itemsize)
+    bcol = None if bias is None else np.asarray(bias, dtype=dt).reshape(M, 1)
+    args = (x, U, out, bcol, (pt, pl), Wq, rb)
+    T = max(1, min(int(threads), th))
+    if T > 1:
+        from . import _packed
+
+        cuts = [th * t // T for t in range(T + 1)]
+        if _packed.run_single_blas(_tile_rows, [(c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])]):
+            return out
+    _tile_rows(0, th, *args)
+    return out
+
+
+def _tile_rows(t0, t1, x, U, out, bcol, pads, Wq, rb):
+    """Tile rows [t0, t1) of every image of ``winograd_conv2d``, in blocks of ``rb`` tile rows, into ``out``."""
+    C = x.shape[1]
+    M = U.shape[1]
+    Ho, Wo = out.shape[2:]
+    dt = x.dtype
+    rb = max(1, min(rb, t1 - t0))
     Tmax = rb * Wq
     # scratch, reused by every block
     p_buf = np.empty((2, 2, C, rb + 2, Wq), dtype=dt)
@@ -118,14 +141,13 @@ def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None):
     m_buf = np.empty(16 * M * Tmax, dtype=dt)
     s_buf = np.empty((4, M * Tmax), dtype=dt)
     t_buf = np.empty(M * Tmax, dtype=dt)
-    bcol = None if bias is None else np.asarray(bias, dtype=dt).reshape(M, 1)
     add, sub = np.add, np.subtract
-    for n in range(N):
-        for i0 in range(0, th, rb):
-            i1 = min(th, i0 + rb)
+    for n in range(x.shape[0]):
+        for i0 in range(t0, t1, rb):
+            i1 = min(t1, i0 + rb)
             T = (i1 - i0) * Wq
             L = T + 1
-            _phase_block(p_buf, x, n, (pt, pl), i0, Wq)
+            _phase_block(p_buf[:, :, :, :i1 - i0 + 2], x, n, pads, i0, Wq)
             V = v_buf[:16 * C * T].reshape(16, C, T)
             r0, r1 = r_buf[0, :, :L], r_buf[1, :, :L]
             for k in range(4):
@@ -178,4 +200,3 @@ def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None):
                         third, op = S[3], sub
                     op(tmp.reshape(M, i1 - i0, Wq)[:, :nr, :nc], third.reshape(M, i1 - i0, Wq)[:, :nr, :nc],
                        out=dst)
-    return out

@@ -147,44 +147,93 @@ def test_supported():
     assert not wg.winograd_supported(np.zeros((1, 4, 2, 2), np.float32), w, (0, 0, 0, 0))
 
 
-def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeypatch):
+@pytest.mark.parametrize("C, M, H, W", [(256, 512, 28, 29), (128, 128, 56, 57)])  # (the second: two threads)
+def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeypatch, C, M, H, W):
     ort = pytest.importorskip("onnxruntime")
     import onnxpy
     from onnx import helper, numpy_helper
     from onnxpy.ops import conv as conv_mod
 
+    from onnxpy.ops import _packed
+
+    if C < conv_mod._WINOGRAD_MIN_C and _packed._blas_threads() < 2:
+        pytest.skip("two-thread Winograd needs two BLAS threads")
     calls = []
     real = conv_mod.winograd_conv2d
     monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
     rng = np.random.default_rng(2)
-    w = numpy_helper.from_array((rng.standard_normal((512, 256, 3, 3)) * 0.05).astype(np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "B")
+    w = numpy_helper.from_array((rng.standard_normal((M, C, 3, 3)) * 0.05).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(M).astype(np.float32), "B")
     g = helper.make_graph([helper.make_node("Conv", ["X", "W", "B"], ["Y"], pads=[1, 1, 1, 1])], "g",
-                          [helper.make_tensor_value_info("X", 1, [1, 256, 28, 29])],
+                          [helper.make_tensor_value_info("X", 1, [1, C, H, W])],
                           [helper.make_tensor_value_info("Y", 1, None)], [w, b])
     data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    x = rng.standard_normal((1, 256, 28, 29)).astype(np.float32)
+    x = rng.standard_normal((1, C, H, W)).astype(np.float32)
     got = onnxpy.InferenceSession(data).run(None, {"X": x})[0]
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
-    assert calls, "the 256->512 3x3 layer should run through Winograd"
+    assert calls, f"the {C}->{M} 3x3 layer should run through Winograd"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("C, M, H, expected", [(192, 192, 14, True), (256, 512, 28, True), (256, 256, 56, False),
-                                               (256, 128, 14, False), (128, 128, 28, False), (512, 512, 7, False)])
+@pytest.mark.parametrize("C, M, H, expected", [(192, 192, 14, True), (256, 512, 28, True), (256, 256, 56, "wide"),
+                                               (128, 256, 56, "wide"), (128, 128, 50, "wide"), (128, 128, 48, False),
+                                               (64, 64, 56, False), (256, 128, 14, False), (128, 128, 28, False),
+                                               (512, 512, 7, False)])
 def test_conv_winograd_dispatch_rule(monkeypatch, C, M, H, expected):
-    # 3x3 stride-1 layers with >= 192 input and output channels on 14x14 to 28x28 outputs take Winograd; narrower
-    # layers, 7x7 and 56x56 outputs keep the GEMM paths; the result is the same convolution either way
+    # 3x3 stride-1 layers with >= 192 input and output channels on 14x14 to 28x28 outputs take Winograd, and so do
+    # layers with >= 128 channels and filters on 2500+ positions ("wide": two threads, when two BLAS threads are
+    # allowed); narrower layers, 7x7 outputs and smaller planes keep the GEMM paths; the result is the same
+    # convolution either way
+    from onnxpy.ops import _packed
     from onnxpy.ops import conv as conv_mod
 
     calls = []
     real = conv_mod.winograd_conv2d
-    monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(k.get("threads", 1)) or real(*a, **k))
+    if expected == "wide":
+        expected = _packed._blas_threads() >= 2
+        threads = [_packed._blas_threads()] if expected else []
+    else:
+        threads = [1] if expected else []
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, C, H, H)).astype(np.float32)
     w = (rng.standard_normal((M, C, 3, 3)) * 0.05).astype(np.float32)
     b = rng.standard_normal(M).astype(np.float32)
     got = conv_mod.conv(x, w, b, pads=[1, 1, 1, 1])
-    assert bool(calls) == expected
+    assert calls == threads
     want = conv_mod.conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), pads=[1, 1, 1, 1])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("block_rows", [1, 2, None])
+@pytest.mark.parametrize("pads", [(1, 1, 1, 1), (0, 1, 1, 0), (0, 0, 0, 0)])
+def test_threads_split_tile_rows_bit_identically(threads, block_rows, pads):
+    """Tile rows split between the calling thread and the helpers (OpenBLAS held to one thread meanwhile): the
+    one-thread result bit for bit, for batches, odd sizes, partial blocks and bias or none; OpenBLAS's thread count
+    is back where it was."""
+    from onnxpy.execution import threads as blas_threads
+
+    rng = np.random.default_rng(5)
+    before = blas_threads.get_blas_threads()
+    for shape, M, bias in (((2, 5, 13, 10), 7, True), ((1, 3, 9, 14), 4, False), ((1, 2, 3, 3), 3, True)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        w = rng.standard_normal((M, shape[1], 3, 3)).astype(np.float32)
+        b = rng.standard_normal(M).astype(np.float32) if bias else None
+        one = wg.winograd_conv2d(x, w, pads, b, block_rows=block_rows)
+        got = wg.winograd_conv2d(x, w, pads, b, block_rows=block_rows, threads=threads)
+        assert np.array_equal(got, one)
+        _check(got, _ref(x, w, pads, b), 1e-5)
+    assert blas_threads.get_blas_threads() == before
+
+
+def test_threads_with_busy_helpers():
+    """Another product holds the helpers: the convolution runs on the calling thread alone, same result."""
+    from onnxpy.ops import _packed
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 4, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    one = wg.winograd_conv2d(x, w, (1, 1, 1, 1))
+    with _packed._pool_acquire:
+        assert np.array_equal(wg.winograd_conv2d(x, w, (1, 1, 1, 1), threads=2), one)
