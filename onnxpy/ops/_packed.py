@@ -355,13 +355,19 @@ def matmul_rows(a: np.ndarray, pw: PackedWeight, bias=None) -> np.ndarray:
     return matmul(a.reshape(-1, pw.K), pw, bias).reshape(a.shape[:-1] + (pw.N,))
 
 
-def _run_shared(fn, parts) -> bool:
+def _run_shared(fn, parts, blas_api=None) -> bool:
     """``fn(*parts[0])`` on the calling thread and ``fn(*parts[i])`` on helper thread i, returning when all are done
-    (the first error raised); False, running nothing, when another product holds the helpers."""
+    (the first error raised); False, running nothing, when another product holds the helpers.  With ``blas_api``
+    (the BLAS library's (set, get) thread-count functions) OpenBLAS is held to one thread while the parts run, the
+    count read and restored under the helpers' lock (so two such calls cannot restore each other's lowered count)."""
     if not _pool_acquire.acquire(blocking=False):
         return False
     err = None
+    before = None
     try:
+        if blas_api is not None:
+            before = int(blas_api[1]())
+            blas_api[0](1)
         with _pool_lock:
             while len(_helpers) < len(parts) - 1:
                 _helpers.append(_Helper())
@@ -374,6 +380,8 @@ def _run_shared(fn, parts) -> bool:
             err = e
         errs = [h.done.get() for h in hs]
     finally:
+        if before is not None:
+            blas_api[0](before)
         _pool_acquire.release()
     for e in [err] + errs:
         if e is not None:
@@ -495,14 +503,7 @@ def run_single_blas(fn, parts) -> bool:
     from ..execution.threads import _find_api
 
     api = _find_api()
-    if not api:
-        return False
-    before = int(api[1]())
-    api[0](1)
-    try:
-        return _run_shared(fn, parts)
-    finally:
-        api[0](before)
+    return bool(api) and _run_shared(fn, parts, api)
 
 
 # -- weights and their stand-ins ------------------------------------------------------------------------------------

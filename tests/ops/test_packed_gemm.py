@@ -361,6 +361,37 @@ def test_split_matmul_error_restores_threads(monkeypatch):
     assert threads.get_blas_threads() == before
 
 
+def test_split_matmul_concurrent_callers():
+    """Threads splitting stacks at the same time: every result right (a caller that finds the helpers busy is told
+    so and uses numpy), and OpenBLAS's thread count back where it was (each split lowers and restores it under the
+    helpers' lock, so no caller can restore another's lowered count)."""
+    from onnxpy.execution import threads
+
+    before = threads.get_blas_threads()
+    a = RNG.standard_normal((12, 128, 64)).astype(np.float32)
+    b = RNG.standard_normal((12, 64, 128)).astype(np.float32)
+    want = np.matmul(a, b)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                out = np.empty((12, 128, 128), np.float32)
+                if not _packed.split_matmul(a, b, out):
+                    np.matmul(a, b, out=out)
+                np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+    assert threads.get_blas_threads() == before
+
+
 def test_attention_heads_through_split_products(monkeypatch):
     """MultiHeadAttention's per-head products of a BERT-base layer (12 heads of 64, sequence 128) through
     ``split_matmul`` give numpy's results; with the helpers busy every batch still gets its products."""
