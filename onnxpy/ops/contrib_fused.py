@@ -171,15 +171,20 @@ def _feed_forward_specialize(consts, kwargs):
     p1 = _packed.pack(w1)
     p2 = _packed.pack(w2) if p1 is not None else None
     if p2 is not None:  # both weights packed once for OpenBLAS's kernel (ops._packed); the plan releases them
-        H1 = w1.shape[0]
+        H1, F = w1.shape
+        ld = _packed.out_pitch(F)  # (the intermediate never leaves: its rows may lie further apart)
 
         def run_packed(A, *rest):
             if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != H1 or A.size == 0 or (
                     rest[1] is not c1 or rest[3] is not c2):
                 return feed_forward(A, *[_packed.real(r) for r in rest])
-            h = _packed.matmul_rows(A, p1, c1)
-            _fast.gelu_erf32(h, h)
-            return _packed.matmul_rows(h, p2, c2)
+            rows = A.size // H1
+            hb = np.empty((rows, ld), _F32)
+            if ld > F:
+                hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
+            h = _packed.matmul(A.reshape(rows, H1), p1, c1, out=hb)
+            _fast.gelu_erf32(hb, hb)
+            return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (w2.shape[1],))
 
         run_packed.releases = (1, 3)
         return run_packed

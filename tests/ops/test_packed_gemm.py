@@ -242,6 +242,33 @@ def test_classifier_head_on_pooled_features_is_not_packed(via):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("R,K,N", [(3, 256, 300), (128, 768, 1024), (300, 500, 300)])
+def test_packed_product_strided_rows_and_out(R, K, N):
+    """x whose rows lie further apart than K is read in place, and ``out`` (rows further apart than N, e.g.
+    ``out_pitch``'s) receives the product in its first N columns, its spare columns untouched; the same bits as the
+    plain call."""
+    w = RNG.standard_normal((K, N)).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    pw = _packed.PackedWeight(w)
+    xs = RNG.standard_normal((R, K + 7)).astype(np.float32)
+    x = xs[:, :K]
+    want = _packed.matmul(np.ascontiguousarray(x), pw, b)
+    ld = _packed.out_pitch(N)
+    assert ld == (N + 16 if N % 1024 == 0 else N)
+    out = np.full((R, ld + 5), 7.0, np.float32)
+    got = _packed.matmul(x, pw, b, out=out)
+    assert got.base is out or got.base is out.base
+    assert np.array_equal(got, want) and np.array_equal(out[:, :N], want) and (out[:, N:] == 7.0).all()
+    with pytest.raises(ValueError, match="out must be"):
+        _packed.matmul(x, pw, b, out=np.empty((R, N - 1), np.float32))
+    with pytest.raises(ValueError, match="out must be"):
+        _packed.matmul(x, pw, b, out=np.empty((R, N), np.float64))
+    with pytest.raises(ValueError, match="out must be"):
+        _packed.matmul(x, pw, b, out=xs)  # overlaps x
+    empty = np.full((0, N + 3), 7.0, np.float32)
+    assert _packed.matmul(np.empty((0, K), np.float32), pw, b, out=empty).shape == (0, N)
+
+
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
 def test_stacked_matmul(ta, tb):
     """Stacks of products with both operands packed per call: equal to numpy's (same kernel, same order), operands as
