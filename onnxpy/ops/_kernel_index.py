@@ -15,7 +15,7 @@ FILES = {
     'activations.py': 4015232052,
     'attention.py': 2211906402,
     'cast.py': 3424029128,
-    'contrib_fused.py': 3850584455,
+    'contrib_fused.py': 18356977,
     'contrib_misc.py': 1673364794,
     'contrib_nchwc.py': 2482073992,
     'contrib_norm.py': 668164031,

@@ -172,6 +172,7 @@ def _feed_forward_specialize(consts, kwargs):
     p2 = _packed.pack(w2) if p1 is not None else None
     if p2 is not None:  # both weights packed once for OpenBLAS's kernel (ops._packed); the plan releases them
         H1, F = w1.shape
+        H2 = w2.shape[1]  # (the closure keeps no reference to the weights: the plan releases them)
         ld = _packed.out_pitch(F)  # (the intermediate never leaves: its rows may lie further apart)
 
         def run_packed(A, *rest):
@@ -184,7 +185,7 @@ def _feed_forward_specialize(consts, kwargs):
                 hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
             h = _packed.matmul(A.reshape(rows, H1), p1, c1, out=hb)
             _fast.gelu_erf32(hb, hb)
-            return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (w2.shape[1],))
+            return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (H2,))
 
         run_packed.releases = (1, 3)
         return run_packed

@@ -242,6 +242,29 @@ def test_classifier_head_on_pooled_features_is_not_packed(via):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
 
 
+def test_feed_forward_kernel_keeps_no_weight():
+    """The packed FeedForward kernel releases its original weights (the plan replaces them with stand-ins): nothing
+    in it keeps them alive (a closure holding one kept BERT-base's 113 MB of second-layer weights resident)."""
+    import gc
+    import weakref
+
+    from onnxpy.ops import contrib_fused
+
+    w1 = RNG.standard_normal((256, 1024)).astype(np.float32)
+    w2 = RNG.standard_normal((1024, 256)).astype(np.float32)
+    c1 = RNG.standard_normal(1024).astype(np.float32)
+    c2 = RNG.standard_normal(256).astype(np.float32)
+    x = RNG.standard_normal((2, 64, 256)).astype(np.float32)
+    want = contrib_fused.feed_forward(x, w1, c1, w2, c2)
+    run = contrib_fused._feed_forward_specialize([None, w1, c1, w2, c2], {})
+    assert run is not None and run.releases == (1, 3)
+    refs = [weakref.ref(w1), weakref.ref(w2)]
+    del w1, w2
+    gc.collect()
+    assert all(r() is None for r in refs)
+    np.testing.assert_allclose(run(x, None, c1, None, c2), want, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("R,K,N", [(3, 256, 300), (128, 768, 1024), (300, 500, 300)])
 def test_packed_product_strided_rows_and_out(R, K, N):
     """x whose rows lie further apart than K is read in place, and ``out`` (rows further apart than N, e.g.
