@@ -534,8 +534,11 @@ def run_single_blas(fn, parts) -> bool:
     """:func:`_run_shared` (``fn(*parts[0])`` here, the others on helper threads) with OpenBLAS held to one thread
     meanwhile, so that BLAS calls inside the parts (numpy's products) run on the thread that makes them instead of
     waking OpenBLAS's worker; False, running nothing, when the BLAS thread count cannot be set or another product
-    holds the helpers.  OpenBLAS's thread count is global: BLAS calls on other Python threads run single-threaded
-    meanwhile (same results)."""
+    holds the helpers, or when the kernels are not bound (``available``: only then are OpenBLAS's idle workers known
+    to sleep instead of spinning on the helper's core for ~0.1 s after each threaded call).  OpenBLAS's thread count
+    is global: BLAS calls on other Python threads run single-threaded meanwhile (same results)."""
+    if not available():  # (binding quiets OpenBLAS's idle workers, which would otherwise spin on the helper's core)
+        return False
     from ..execution.threads import _find_api
 
     api = _find_api()

@@ -1209,11 +1209,13 @@ def _winograd_ok(x, w, strides, dilations, out_shape) -> bool:
 def _winograd_wide_ok(x, w, strides, dilations, out_shape) -> bool:
     """A group-1 convolution ``_conv2d_fast`` runs as two-thread Winograd: 3x3, stride 1, no dilation, float32,
     128+ channels and filters on planes of 2500+ positions (VGG-19's 56x56 and 112x112 layers), two BLAS threads
-    allowed."""
+    allowed and OpenBLAS's kernels bound (``_packed.available``: its idle workers then sleep instead of spinning on the
+    helper's core)."""
     return (_WINOGRAD_WIDE and w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1
             and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
             and x.shape[1] >= _WINOGRAD_WIDE_MIN_C and w.shape[0] >= _WINOGRAD_WIDE_MIN_C
-            and out_shape[0] * out_shape[1] >= _WINOGRAD_WIDE_MIN_P and _packed._blas_threads() >= 2)
+            and out_shape[0] * out_shape[1] >= _WINOGRAD_WIDE_MIN_P and _packed._blas_threads() >= 2
+            and _packed.available())
 
 
 def _direct_ok(x, w, out_shape):

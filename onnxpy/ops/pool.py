@@ -396,7 +396,7 @@ def _by_channels(fn, x, res, *args):
         from . import _packed
 
         T = min(_packed._blas_threads(), C)
-        if T >= 2:
+        if T >= 2 and _packed.available():  # (bound: OpenBLAS's idle workers sleep instead of spinning)
             cuts = [C * t // T for t in range(T + 1)]
             if _packed._run_shared(fn, [(x, res, c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])]):
                 return res

@@ -393,6 +393,26 @@ def test_split_matmul_declines():
             threads.set_blas_threads(before)
 
 
+def test_splits_need_bound_kernels(monkeypatch):
+    """Without OpenBLAS's kernels bound (``ONNXPY_PACKED_GEMM=0``, another BLAS) its idle workers are not known to
+    sleep, so nothing splits over the helper: attention products, wide Winograd and large max pools run as before."""
+    from onnxpy.ops import conv as conv_mod
+    from onnxpy.ops import pool as pool_mod
+
+    monkeypatch.setattr(_packed, "available", lambda: False)
+    a = RNG.standard_normal((12, 128, 64)).astype(np.float32)
+    b = RNG.standard_normal((12, 64, 128)).astype(np.float32)
+    assert not _packed.split_matmul(a, b, np.empty((12, 128, 128), np.float32))
+    x = np.zeros((1, 128, 56, 56), np.float32)
+    w = np.zeros((128, 128, 3, 3), np.float32)
+    assert not conv_mod._winograd_wide_ok(x, w, (1, 1), (1, 1), (56, 56))
+    shared = []
+    monkeypatch.setattr(_packed, "_run_shared", lambda *args: shared.append(1))
+    monkeypatch.setattr(pool_mod, "_POOL_SPLIT_BYTES", 0)
+    y = pool_mod.max_pool(RNG.standard_normal((1, 4, 8, 8)).astype(np.float32), kernel_shape=[2, 2], strides=[2, 2])
+    assert y.shape == (1, 4, 4, 4) and not shared
+
+
 def test_split_matmul_error_restores_threads(monkeypatch):
     from onnxpy.execution import threads
 

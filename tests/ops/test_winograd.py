@@ -156,8 +156,8 @@ def test_conv_dispatches_wide_layers_to_winograd_and_matches_onnxruntime(monkeyp
 
     from onnxpy.ops import _packed
 
-    if C < conv_mod._WINOGRAD_MIN_C and _packed._blas_threads() < 2:
-        pytest.skip("two-thread Winograd needs two BLAS threads")
+    if C < conv_mod._WINOGRAD_MIN_C and (_packed._blas_threads() < 2 or not _packed.available()):
+        pytest.skip("two-thread Winograd needs two BLAS threads and OpenBLAS's kernels bound")
     calls = []
     real = conv_mod.winograd_conv2d
     monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -191,7 +191,7 @@ def test_conv_winograd_dispatch_rule(monkeypatch, C, M, H, expected):
     real = conv_mod.winograd_conv2d
     monkeypatch.setattr(conv_mod, "winograd_conv2d", lambda *a, **k: calls.append(k.get("threads", 1)) or real(*a, **k))
     if expected == "wide":
-        expected = _packed._blas_threads() >= 2
+        expected = _packed._blas_threads() >= 2 and _packed.available()
         threads = [_packed._blas_threads()] if expected else []
     else:
         threads = [1] if expected else []
