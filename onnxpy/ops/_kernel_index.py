@@ -8,7 +8,7 @@ FILES = {
     '_ew_math.py': 3559897917,
     '_jpeg.py': 400242634,
     '_ml_common.py': 3678432908,
-    '_packed.py': 3719876889,
+    '_packed.py': 3575386371,
     '_shape_util.py': 3615842203,
     '_spatial.py': 1728217910,
     '_wcache.py': 2930508180,
@@ -25,7 +25,7 @@ FILES = {
     'contrib_text.py': 1618180257,
     'contrib_transformer.py': 1798395869,
     'control_flow.py': 569346420,
-    'conv.py': 977059671,
+    'conv.py': 3909812432,
     'detection.py': 2012434111,
     'elementwise.py': 467344056,
     'fused_small.py': 3862438234,
@@ -42,7 +42,7 @@ FILES = {
     'ml_trees_v5.py': 1700604448,
     'normalization.py': 1068827433,
     'pad.py': 3380247716,
-    'pool.py': 1872240850,
+    'pool.py': 3588689717,
     'quantize.py': 1631935384,
     'random.py': 2997381316,
     'random_state.py': 1710170694,
@@ -55,7 +55,7 @@ FILES = {
     'strings.py': 3200021975,
     'tensor.py': 3773666792,
     'training.py': 1590985195,
-    'winograd.py': 1049229912,
+    'winograd.py': 4266722300,
 }
 
 MODULES = {

@@ -42,7 +42,7 @@ import numpy as np
 from . import _blas
 
 __all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "out_pitch", "pack", "prepack_enabled",
-           "prepacking", "real", "run_single_blas", "split_matmul", "stacked_matmul", "standin", "will_pack",
+           "prepacking", "real", "run_ranges", "split_matmul", "stacked_matmul", "standin", "will_pack",
            "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
@@ -304,15 +304,16 @@ def _spans(N: int, R: int, T: int, P: int):
 
 
 def _row_pitch(a: np.ndarray):
-    """Elements between the rows of a 2-D float32 array with contiguous rows, or None."""
+    """Elements between the rows of a 2-D float32 array with contiguous rows that do not overlap (``_blas._ld``'s
+    test), or None."""
     if a.dtype != _F32 or a.ndim != 2:
         return None
     if a.size == 0:
         return a.shape[1]
-    if (a.strides[1] != 4 and a.shape[1] > 1) or a.strides[0] % 4:
+    try:
+        return _blas._ld(a)
+    except ValueError:
         return None
-    ld = a.strides[0] // 4 if a.shape[0] > 1 else a.shape[1]
-    return ld if ld >= a.shape[1] else None
 
 
 def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = None, out=None) -> np.ndarray:
@@ -498,7 +499,7 @@ _SPLIT_MIN_MACS = 8_000_000
 _SPLIT = True  # (test and measurement hook)
 
 
-def _split_part(a, b, out, h0, h1):
+def _split_part(h0, h1, a, b, out):
     np.matmul(a[h0:h1], b[h0:h1], out=out[h0:h1])
 
 
@@ -521,28 +522,31 @@ def split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, trans_a: bool = 
     if (K2 != K or b.shape[0] != Hn or out.shape != (Hn, M, N) or Hn < 2 or Hn * M * N * K < _SPLIT_MIN_MACS
             or not out.flags.writeable or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
         return False
-    T = min(_blas_threads(), Hn)
-    if T < 2:
+    return run_ranges(_split_part, Hn, _blas_threads(), a.swapaxes(1, 2) if trans_a else a,
+                      b.swapaxes(1, 2) if trans_b else b, out)
+
+
+def run_ranges(fn, n: int, threads: int, *args, single_blas: bool = True) -> bool:
+    """``fn(lo, hi, *args)`` over [0, n) cut into ``min(threads, n)`` contiguous ranges, the first on the calling
+    thread and the others on helper threads (:func:`_run_shared`); with ``single_blas`` OpenBLAS is held to one
+    thread meanwhile, so that BLAS calls inside the parts (numpy's products) run on the thread that makes them instead
+    of waking OpenBLAS's worker.  False, running nothing, when that leaves fewer than two ranges, the BLAS thread
+    count cannot be set, another product holds the helpers, or the kernels are not bound (``available``: only then
+    are OpenBLAS's idle workers known to sleep instead of spinning on the helper's core for ~0.1 s after each
+    threaded call).  OpenBLAS's thread count is global: BLAS calls on other Python threads run single-threaded
+    meanwhile (same results)."""
+    T = min(int(threads), n)
+    if T < 2 or not available():  # (binding quiets OpenBLAS's idle workers, which would otherwise spin)
         return False
-    opa = a.swapaxes(1, 2) if trans_a else a
-    opb = b.swapaxes(1, 2) if trans_b else b
-    cuts = [Hn * t // T for t in range(T + 1)]
-    return run_single_blas(_split_part, [(opa, opb, out, c0, c1) for c0, c1 in zip(cuts, cuts[1:])])
+    api = None
+    if single_blas:
+        from ..execution.threads import _find_api
 
-
-def run_single_blas(fn, parts) -> bool:
-    """:func:`_run_shared` (``fn(*parts[0])`` here, the others on helper threads) with OpenBLAS held to one thread
-    meanwhile, so that BLAS calls inside the parts (numpy's products) run on the thread that makes them instead of
-    waking OpenBLAS's worker; False, running nothing, when the BLAS thread count cannot be set or another product
-    holds the helpers, or when the kernels are not bound (``available``: only then are OpenBLAS's idle workers known
-    to sleep instead of spinning on the helper's core for ~0.1 s after each threaded call).  OpenBLAS's thread count
-    is global: BLAS calls on other Python threads run single-threaded meanwhile (same results)."""
-    if not available():  # (binding quiets OpenBLAS's idle workers, which would otherwise spin on the helper's core)
-        return False
-    from ..execution.threads import _find_api
-
-    api = _find_api()
-    return bool(api) and _run_shared(fn, parts, api)
+        api = _find_api()
+        if not api:
+            return False
+    cuts = [n * t // T for t in range(T + 1)]
+    return _run_shared(fn, [(c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])], api)
 
 
 # -- weights and their stand-ins ------------------------------------------------------------------------------------

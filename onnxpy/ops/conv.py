@@ -1197,11 +1197,16 @@ def _packed_shape_ok(C: int, M: int, P: int, strides) -> bool:
             and C * P >= _PACKED_STRIDED_MIN_CP)
 
 
+def _winograd_3x3(x, w, strides, dilations) -> bool:
+    """What both Winograd rules ask first: a 3x3 float32 filter at stride 1, no dilation, float32 input."""
+    return (w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1 and dilations[0] == dilations[1] == 1
+            and x.dtype == _F32 and w.dtype == _F32)
+
+
 def _winograd_ok(x, w, strides, dilations, out_shape) -> bool:
     """A group-1 convolution ``_conv2d_fast`` runs as Winograd F(2x2, 3x3): 3x3, stride 1, no dilation, float32,
     wide layers (VGG's, ResNet's 256/512-channel stages) on mid-size planes (56x56 measured slower)."""
-    return (_WINOGRAD and w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1
-            and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
+    return (_WINOGRAD and _winograd_3x3(x, w, strides, dilations)
             and x.shape[1] >= _WINOGRAD_MIN_C and w.shape[0] >= _WINOGRAD_MIN_M
             and _WINOGRAD_MIN_P <= out_shape[0] * out_shape[1] <= _WINOGRAD_MAX_P)
 
@@ -1211,8 +1216,7 @@ def _winograd_wide_ok(x, w, strides, dilations, out_shape) -> bool:
     128+ channels and filters on planes of 2500+ positions (VGG-19's 56x56 and 112x112 layers), two BLAS threads
     allowed and OpenBLAS's kernels bound (``_packed.available``: its idle workers then sleep instead of spinning on the
     helper's core)."""
-    return (_WINOGRAD_WIDE and w.shape[2] == w.shape[3] == 3 and strides[0] == strides[1] == 1
-            and dilations[0] == dilations[1] == 1 and x.dtype == _F32 and w.dtype == _F32
+    return (_WINOGRAD_WIDE and _winograd_3x3(x, w, strides, dilations)
             and x.shape[1] >= _WINOGRAD_WIDE_MIN_C and w.shape[0] >= _WINOGRAD_WIDE_MIN_C
             and out_shape[0] * out_shape[1] >= _WINOGRAD_WIDE_MIN_P and _packed._blas_threads() >= 2
             and _packed.available())

@@ -337,7 +337,7 @@ def _max_pool_2x2s2(x, out):
     return _by_channels(_max_pool_2x2s2_rows_first, x, res)
 
 
-def _max_pool_2x2s2_rows_first(x, res, c_lo, c_hi):
+def _max_pool_2x2s2_rows_first(c_lo, c_hi, x, res):
     """``_max_pool_2x2s2`` of channels [c_lo, c_hi) into ``res``."""
     N, C, H, W = x.shape
     Ho, Wo = res.shape[2:]
@@ -355,7 +355,7 @@ def _max_pool_2x2s2_rows_first(x, res, c_lo, c_hi):
             np.copyto(res[n, c0:c1].reshape(-1).view(np.int32), q[:L].view(np.int64), casting="unsafe")
 
 
-def _max_pool_2x2s2_columns_first(x, res, c_lo, c_hi):
+def _max_pool_2x2s2_columns_first(c_lo, c_hi, x, res):
     """``_max_pool_2x2s2`` of channels [c_lo, c_hi) for large C-contiguous images of even width, the passes
     reordered so the image is read once, front to back: per block of channels each element's maximum with its right
     neighbour over the flattened block, the even elements out through the int64 -> int32 conversion, then the row
@@ -388,19 +388,17 @@ _POOL_SPLIT_BYTES = 2 << 20
 _POOL_SPLIT = True  # test hook
 
 
-def _by_channels(fn, x, res, *args):
-    """``fn(x, res, c_lo, c_hi, *args)`` over every channel, in two halves on two threads for large inputs when the
-    session allows two threads (``intra_op_num_threads``) and the helper is free; returns ``res``."""
+def _by_channels(fn, x, res):
+    """``fn(c_lo, c_hi, x, res)`` over every channel, in two halves on two threads for large inputs when the
+    session allows two threads (``intra_op_num_threads``) and the helper is free (``_packed.run_ranges``; the passes
+    call no BLAS, so OpenBLAS's thread count is left alone); returns ``res``."""
     C = x.shape[1]
-    if _POOL_SPLIT and C >= 2 and x.nbytes >= _POOL_SPLIT_BYTES:
+    if _POOL_SPLIT and x.nbytes >= _POOL_SPLIT_BYTES:
         from . import _packed
 
-        T = min(_packed._blas_threads(), C)
-        if T >= 2 and _packed.available():  # (bound: OpenBLAS's idle workers sleep instead of spinning)
-            cuts = [C * t // T for t in range(T + 1)]
-            if _packed._run_shared(fn, [(x, res, c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])]):
-                return res
-    fn(x, res, 0, C, *args)
+        if _packed.run_ranges(fn, C, _packed._blas_threads(), x, res, single_blas=False):
+            return res
+    fn(0, C, x, res)
     return res
 
 

@@ -100,7 +100,7 @@ def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None, threads=1):
     ``pads`` = (top, left, bottom, right), non-negative; ``bias`` (M,) or None.  x and w float32 (or both float64);
     returns (N, M, H + top + bottom - 2, W + left + right - 2) C-contiguous in x's dtype.  With ``threads`` > 1 the
     tile rows are split between the calling thread and the GEMM helper threads, each running its blocks' transforms
-    and products with OpenBLAS held to one thread (``_packed.run_single_blas``; one thread when the helpers are
+    and products with OpenBLAS held to one thread (``_packed.run_ranges``; one thread when the helpers are
     busy)."""
     N, C, H, W = x.shape
     M = w.shape[0]
@@ -114,12 +114,10 @@ def winograd_conv2d(x, w, pads, bias=None, *, block_rows=None, threads=1):
     rb = block_rows or _block_rows(C, M, th, Wq, dt.itemsize)
     bcol = None if bias is None else np.asarray(bias, dtype=dt).reshape(M, 1)
     args = (x, U, out, bcol, (pt, pl), Wq, rb)
-    T = max(1, min(int(threads), th))
-    if T > 1:
+    if threads > 1:
         from . import _packed
 
-        cuts = [th * t // T for t in range(T + 1)]
-        if _packed.run_single_blas(_tile_rows, [(c0, c1) + args for c0, c1 in zip(cuts, cuts[1:])]):
+        if _packed.run_ranges(_tile_rows, th, threads, *args):
             return out
     _tile_rows(0, th, *args)
     return out

@@ -564,7 +564,8 @@ def test_maxpool_2x2_stride2(shape, dtype, block, columns_first, split, monkeypa
     monkeypatch.setattr(pool_mod, "_POOL_SPLIT_BYTES", 0 if split else 1 << 40)
     shared = []
     orig_shared = _packed._run_shared
-    monkeypatch.setattr(_packed, "_run_shared", lambda fn, parts: shared.append(len(parts)) or orig_shared(fn, parts))
+    monkeypatch.setattr(_packed, "_run_shared",
+                        lambda fn, parts, *rest: shared.append(len(parts)) or orig_shared(fn, parts, *rest))
     calls = []
     orig = pool_mod._max_pool_2x2s2
     monkeypatch.setattr(pool_mod, "_max_pool_2x2s2", lambda *a: calls.append(1) or orig(*a))
