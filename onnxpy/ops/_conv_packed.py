@@ -5,7 +5,7 @@ image: OpenBLAS packs both operands on every call -- the tap's (M, C) filter sli
 threads each call on its own, waking its worker thread for every one of the KH * KW * row-block GEMMs.  Here the
 filter's taps are packed once, as the kernel's right-hand operand (``sgemm_oncopy``: (C, M) per tap, in depth chunks
 of at most 384 channels), and a convolution splits its output rows between the calling thread and the GEMM helper
-thread (``_packed._run_shared``): each thread takes its rows in blocks of whole padded rows, starts the block's
+thread (``_packed.run_ranges``): each thread takes its rows in blocks of whole padded rows, starts the block's
 accumulator from the bias (or the residual), and for every tap packs the window (``sgemm_itcopy``: positions x
 channels, straight from the image with the channel stride as its leading dimension) and calls the kernel into the
 accumulator, which stays in cache across the taps; the block's spare columns are cropped as it is copied out.
@@ -168,10 +168,8 @@ def conv2d(x, pf: PackedFilter, B, pb, pe, strides, dilations, out_shape, out=No
     if out is None:
         out = np.empty((N, M, Ho, Wo), dtype=_F32)
     T = max(1, min(_T or _packed._blas_threads(), Ho))
-    cuts = [Ho * t // T for t in range(T + 1)]
     rows_b = max(1, min(-(-Ho // T), _A_FLOATS // (max(pf.kc) * Wr), _C_FLOATS // (M * Wr)))
-    parts = [(r0, r1, srcs, L, Wr, pf, B, out, Wo, acc, rows_b) for r0, r1 in zip(cuts, cuts[1:]) if r1 > r0]
-    if len(parts) == 1 or not _packed._run_shared(_rows, parts):
-        for p in parts:
-            _rows(*p)
+    args = (srcs, L, Wr, pf, B, out, Wo, acc, rows_b)
+    if not _packed.run_ranges(_rows, Ho, T, *args, single_blas=False):
+        _rows(0, Ho, *args)  # (one thread, or the helpers busy: the same blocks' results, rows in one range)
     return out
