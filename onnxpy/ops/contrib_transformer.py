@@ -182,11 +182,12 @@ def _stacks_mm(a, b, out, trans_a, trans_b) -> bool:
     return True
 
 
-def _scores_t(k, qs, additive, causal_past, S, T, dt):
-    """[B, N, T, S] scores k qs^T plus the (transposed) additive term and the causal mask."""
+def _scores_t(k, qs, additive, causal_past, S, T, dt, plain=False):
+    """[B, N, T, S] scores k qs^T plus the (transposed) additive term and the causal mask (``plain``: numpy's
+    product, as a thread's share of a split attention runs it)."""
     st = np.empty(k.shape[:2] + (T, S), dtype=dt)
-    if not _stacks_mm(k, qs, st, False, True):
-        st = np.matmul(k, qs.swapaxes(-1, -2))
+    if plain or not _stacks_mm(k, qs, st, False, True):
+        np.matmul(k, qs.swapaxes(-1, -2), out=st)
     if additive is not None:
         a = np.asarray(additive)
         if a.ndim < 4:
@@ -198,6 +199,13 @@ def _scores_t(k, qs, additive, causal_past, S, T, dt):
     if causal_past is not None:
         np.copyto(st, np.finfo(dt).min, where=_causal_t(S, T, int(causal_past)))
     return st
+
+
+# Attention whose two products reach this many multiply-adds in all runs its heads split between the calling thread
+# and the helper (``_mha_heads`` per thread: one numpy call per step over the thread's heads, OpenBLAS held to one
+# thread): BERT-base's and GPT-2's 12 heads of 64 at sequence 128 (25M).
+_HEADS_SPLIT_MIN_MACS = 8_000_000
+_HEADS_SPLIT = True  # (test and measurement hook)
 
 
 def _mha_core_t(q, k, v, scale, additive, causal_past):
@@ -213,18 +221,41 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
     shift-invariant and each exp is correctly rounded on its own; one global max replaces a per-row max and a
     subtraction pass).  Should a row sum come out below 1e-20 (every key of the row far below zero: masked, or
     extreme), the scores are formed again and the row maxima subtracted as usual.
+
+    Large float32 attention splits its heads between the calling thread and the helper (``_packed.run_ranges``),
+    each thread running every step over its heads: the element-wise passes (scale, mask, exp, sums, normalization)
+    then use both cores too, and the two products need one hand-off instead of one each.
     """
     B, N, S, H = q.shape
     T, Hv = k.shape[2], v.shape[3]
     dt = q.dtype
+    out = np.empty((B, S, N, Hv), dtype=dt)
+    ov = out.transpose(0, 2, 1, 3)
+    if (_HEADS_SPLIT and dt == _F32 and N > 1 and B * N * S * T * (H + Hv) >= _HEADS_SPLIT_MIN_MACS
+            and _packed.run_ranges(_mha_heads, N, _packed._blas_threads(), q, k, v, scale, additive, causal_past,
+                                   ov, True)):
+        return ov
+    _mha_heads(0, N, q, k, v, scale, additive, causal_past, ov, False)
+    return ov
+
+
+def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
+    """:func:`_mha_core_t` for heads [h0, h1), written into those heads of ``ov`` (``plain``: numpy's products, on
+    one of the threads a split attention runs on)."""
+    if h0 or h1 != q.shape[1]:
+        q, k, v, ov = q[:, h0:h1], k[:, h0:h1], v[:, h0:h1], ov[:, h0:h1]
+        if additive is not None and np.ndim(additive) == 4 and np.shape(additive)[1] > 1:
+            additive = additive[:, h0:h1]
+    S, T = q.shape[2], k.shape[2]
+    dt = q.dtype
     qs = np.multiply(q, dt.type(scale))
-    st = _scores_t(k, qs, additive, causal_past, S, T, dt)
+    st = _scores_t(k, qs, additive, causal_past, S, T, dt, plain)
     den = None
     if st.size and st.max() <= _EXP_SAFE:  # False for NaN
         np.exp(st, out=st)
         den = np.sum(st, axis=-2, keepdims=True)
         if not den.min() >= _DEN_MIN:
-            st = _scores_t(k, qs, additive, causal_past, S, T, dt)
+            st = _scores_t(k, qs, additive, causal_past, S, T, dt, plain)
             den = None
     if den is None:
         m = np.max(st, axis=-2, keepdims=True)  # [B, N, 1, S]
@@ -236,12 +267,9 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
         den = np.sum(st, axis=-2, keepdims=True)
         if not finite:
             den = np.where(den == 0, dt.type(1), den)
-    out = np.empty((B, S, N, Hv), dtype=dt)
-    ov = out.transpose(0, 2, 1, 3)
-    if not _stacks_mm(st, v, ov, True, False):
+    if plain or not _stacks_mm(st, v, ov, True, False):
         np.matmul(st.swapaxes(-1, -2), v, out=ov)
     ov /= den.swapaxes(-1, -2)
-    return ov
 
 
 # Additive terms at or below this drop their key from the softmax exactly: exp(score + term) is 0 in any float type for

@@ -331,6 +331,7 @@ def test_attention_heads_through_stacked_products(monkeypatch):
 
     calls = []
     orig = _packed.stacked_matmul
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", False)  # (the products, not the whole attention, split)
     monkeypatch.setattr(_packed, "stacked_matmul", lambda *a: calls.append(1) or orig(*a))
     B, S, N, Hd = 2, 128, 4, 64
     q, k, v = [RNG.standard_normal((B, N, S, Hd)).astype(np.float32) for _ in range(3)]
@@ -471,6 +472,7 @@ def test_attention_heads_through_split_products(monkeypatch):
         pytest.skip("needs two BLAS threads")
     calls = []
     orig = _packed.split_matmul
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", False)  # (the products, not the whole attention, split)
     monkeypatch.setattr(_packed, "split_matmul", lambda *a: calls.append(orig(*a)) or calls[-1])
     B, S, N, Hd = 2, 128, 12, 64
     q, k, v = [RNG.standard_normal((B, N, S, Hd)).astype(np.float32) for _ in range(3)]
@@ -480,6 +482,7 @@ def test_attention_heads_through_split_products(monkeypatch):
     want = ct._mha_core_t(q, k, v, 0.125, None, None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     monkeypatch.undo()
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", False)
     flips = iter([True, False, False, False])  # the second batch's products find the helpers busy: numpy
     monkeypatch.setattr(_packed, "split_matmul", lambda *a: next(flips) and orig(*a))
     monkeypatch.setattr(_packed, "stacked_matmul", lambda *a: False)
@@ -569,3 +572,89 @@ def test_failing_self_test_disables_packing(monkeypatch):
         assert not _packed.is_standin(sess._state.plan.graph.initializers["W"])
     finally:
         _packed._state[0] = saved
+
+
+def _attention_inputs(B, N, S, T, Hd, mask):
+    """q, k, v as attention takes them from one projection (strided views), and an additive term of shape ``mask``
+    (None: none; "causal": [1, 1, S, T] of 0 / finfo.min; else a shape, random values)."""
+    qkv = RNG.standard_normal((B, S, 3 * N * Hd)).astype(np.float32)
+    q = qkv[..., :N * Hd].reshape(B, S, N, Hd).transpose(0, 2, 1, 3)
+    kv = RNG.standard_normal((B, T, 2 * N * Hd)).astype(np.float32)
+    k = kv[..., :N * Hd].reshape(B, T, N, Hd).transpose(0, 2, 1, 3)
+    v = kv[..., N * Hd:].reshape(B, T, N, Hd).transpose(0, 2, 1, 3)
+    if mask is None:
+        add = None
+    elif mask == "causal":
+        add = np.triu(np.full((S, T), np.finfo(np.float32).min, np.float32), 1 + T - S).reshape(1, 1, S, T)
+    else:
+        add = RNG.standard_normal(mask).astype(np.float32)
+    return q, k, v, add
+
+
+@pytest.mark.parametrize("B,N,S,T,Hd,mask,causal", [
+    (1, 12, 128, 128, 64, "causal", None),   # GPT-2's layers
+    (1, 12, 128, 128, 32, None, None),       # MiniLM's
+    (2, 5, 100, 140, 64, (2, 5, 100, 140), None),  # per-head terms, odd head count, batches
+    (1, 4, 128, 160, 64, (1, 1, 1, 160), 32),      # key-only term and a causal mask with a past
+    (1, 12, 128, 128, 64, (1, 12, 128, 128), None),
+])
+def test_attention_heads_split_between_threads(monkeypatch, B, N, S, T, Hd, mask, causal):
+    """Large attention runs its heads split between two threads (every step on each thread's heads, numpy's
+    products): bit-identical to the one-thread result, which the products through the helpers also give."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    if _packed._blas_threads() < 2:
+        pytest.skip("needs two BLAS threads")
+    q, k, v, add = _attention_inputs(B, N, S, T, Hd, mask)
+    splits = []
+    orig = _packed.run_ranges
+    monkeypatch.setattr(_packed, "run_ranges", lambda fn, *a, **kw: splits.append(fn) or orig(fn, *a, **kw))
+    got = ct._mha_core_t(q, k, v, 0.125, add, causal)
+    assert splits and splits[0] is ct._mha_heads
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", False)
+    want = ct._mha_core_t(q, k, v, 0.125, add, causal)
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.setattr(ct, "_stacks_mm", lambda *a: False)
+    np.testing.assert_allclose(ct._mha_core_t(q, k, v, 0.125, add, causal), want, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_heads_split_shifted_softmax_and_busy_helpers(monkeypatch):
+    """Scores too large for the unshifted softmax take the row-maxima route on each thread, rows with every key
+    masked give what one thread gives, and with the helpers busy the attention runs on the calling thread."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    if _packed._blas_threads() < 2:
+        pytest.skip("needs two BLAS threads")
+    q, k, v, add = _attention_inputs(1, 12, 128, 128, 64, (1, 12, 128, 128))
+    q[0, 7] *= 40  # (heads 6-11 run on the helper: its scores exceed the unshifted bound)
+    add[0, 2, 5] = -np.inf  # a row of head 2 with no finite score
+    got = ct._mha_core_t(q, k, v, 0.125, add, None)
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", False)
+    want = ct._mha_core_t(q, k, v, 0.125, add, None)
+    np.testing.assert_array_equal(got, want)
+    assert np.isfinite(want).all() and not want[0, 2, 5].any()  # (onnxruntime's zeros for a fully masked row)
+    monkeypatch.setattr(ct, "_HEADS_SPLIT", True)
+    with _packed._pool_acquire:  # (another product holds the helpers)
+        busy = ct._mha_core_t(q, k, v, 0.125, add, None)
+    np.testing.assert_array_equal(busy, want)
+
+
+def test_attention_heads_split_declines():
+    """float64, one head and small attention keep the one-thread route (no split attempted)."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    calls = []
+    orig = _packed.run_ranges
+    try:
+        _packed.run_ranges = lambda fn, *a, **kw: calls.append(fn) or orig(fn, *a, **kw)
+        for B, N, S, Hd, dt in [(1, 12, 128, 64, np.float64), (1, 1, 512, 64, np.float32),
+                                (1, 12, 32, 64, np.float32)]:
+            q, k, v = [RNG.standard_normal((B, N, S, Hd)).astype(dt) for _ in range(3)]
+            got = ct._mha_core_t(q, k, v, 0.125, None, None)
+            s = np.einsum("bnsh,bnth->bnst", q, k) * 0.125
+            p = np.exp(s - s.max(-1, keepdims=True))
+            want = np.einsum("bnst,bnth->bnsh", p / p.sum(-1, keepdims=True), v)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        _packed.run_ranges = orig
+    assert ct._mha_heads not in calls
