@@ -227,10 +227,11 @@ class _Helper:
 
     def _loop(self):
         while True:
-            fn, args = self.jobs.get()
+            fn, args, fp = self.jobs.get()
             err = None
             try:
-                fn(*args)
+                with np.errstate(**fp):  # (the calling thread's floating-point settings: a session's "ignore")
+                    fn(*args)
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
                 err = e
             del fn, args  # (no reference to the last product's arrays outlives it)
@@ -409,8 +410,9 @@ def _run_shared(fn, parts, blas_api=None) -> bool:
             while len(_helpers) < len(parts) - 1:
                 _helpers.append(_Helper())
         hs = _helpers[:len(parts) - 1]
+        fp = np.geterr()
         for h, args in zip(hs, parts[1:]):
-            h.jobs.put((fn, args))
+            h.jobs.put((fn, args, fp))
         try:
             fn(*parts[0])
         except BaseException as e:  # noqa: BLE001 - raised below, once the helpers are done with their parts

@@ -57,6 +57,11 @@ def _fits(b_shape, x_shape) -> bool:
         return False
 
 
+def _gelu_tanh_part(lo, hi, fs, fd):
+    with np.errstate(over="ignore"):
+        _gelu_tanh_block(fs[lo:hi], fd[lo:hi])
+
+
 def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     """Gelu(x [+ bias]) in x's type; float32 work is done block by block into one buffer: x itself when the
     executor donated it (see registry: ``_donated``), else a fresh one."""
@@ -79,9 +84,9 @@ def _gelu(x: np.ndarray, bias, op: str, approx: bool, donated=()) -> np.ndarray:
     if not approx:
         return _fast.gelu_erf32(src, dst).astype(x.dtype, copy=False)
     n = src.size
-    if n:
-        fs = src.reshape(-1)
-        fd = dst.reshape(-1)
+    fs = src.reshape(-1)
+    fd = dst.reshape(-1)
+    if not _fast.split_passes(_gelu_tanh_part, n, fs, fd):
         for i in range(0, n, _GELU_BLOCK):
             _gelu_tanh_block(fs[i:i + _GELU_BLOCK], fd[i:i + _GELU_BLOCK])
     return dst.astype(x.dtype, copy=False)

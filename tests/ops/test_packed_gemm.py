@@ -658,3 +658,61 @@ def test_attention_heads_split_declines():
     finally:
         _packed.run_ranges = orig
     assert ct._mha_heads not in calls
+
+
+@pytest.mark.parametrize("approx", [False, True])
+@pytest.mark.parametrize("shape", [(128, 1024), (3, 128, 3079)])
+def test_gelu_split_between_threads(monkeypatch, approx, shape):
+    """Large GELUs (exact and tanh) run half on the helper thread: bit-identical to the one-thread passes, in place
+    and into a fresh buffer, and on the calling thread alone while another product holds the helpers."""
+    from onnxpy.ops import _ew_math, contrib_fused
+
+    if _packed._blas_threads() < 2:
+        pytest.skip("needs two BLAS threads")
+    x = (RNG.standard_normal(shape) * 4).astype(np.float32)
+    x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, -30.0]
+    assert x.size >= _ew_math.SPLIT_MIN
+    parts = []
+    orig = _packed.run_ranges
+    monkeypatch.setattr(_packed, "run_ranges", lambda fn, *a, **kw: parts.append(fn) or orig(fn, *a, **kw))
+    with np.errstate(all="ignore"):
+        got = contrib_fused._gelu(x, None, "FastGelu" if approx else "Gelu", approx)
+        got_inplace = contrib_fused._gelu(x.copy(), None, "FastGelu" if approx else "Gelu", approx, (0,))
+        assert len(parts) == 2
+        monkeypatch.setattr(_ew_math, "_SPLIT", False)
+        want = contrib_fused._gelu(x, None, "FastGelu" if approx else "Gelu", approx)
+        monkeypatch.setattr(_ew_math, "_SPLIT", True)
+        with _packed._pool_acquire:
+            busy = contrib_fused._gelu(x, None, "FastGelu" if approx else "Gelu", approx)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_inplace, want)
+    np.testing.assert_array_equal(busy, want)
+    assert len(parts) == 3
+
+
+def test_gelu_below_split_size_stays_on_one_thread(monkeypatch):
+    from onnxpy.ops import _ew_math
+
+    calls = []
+    monkeypatch.setattr(_packed, "run_ranges", lambda *a, **kw: calls.append(1) or False)
+    x = RNG.standard_normal(_ew_math.SPLIT_MIN - 1).astype(np.float32)
+    _ew_math.gelu_erf32(x, np.empty_like(x))
+    assert not calls
+
+
+def test_helper_parts_follow_the_callers_floating_point_settings():
+    """A part run on a helper thread uses the calling thread's numpy error settings: a session's "ignore" stays
+    quiet there, and "raise" raises there too."""
+    if _packed._blas_threads() < 2:
+        pytest.skip("needs two BLAS threads")
+    big = np.full(4, 3e38, np.float32)
+
+    def part(lo, hi, out):
+        out[lo:hi] = big[lo:hi] * np.float32(10)
+
+    out = np.zeros(4, np.float32)
+    with np.errstate(all="ignore"):
+        assert _packed.run_ranges(part, 4, 2, out, single_blas=False)
+    assert np.isinf(out).all()
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        _packed.run_ranges(part, 4, 2, out, single_blas=False)
