@@ -244,8 +244,9 @@ def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
     one of the threads a split attention runs on)."""
     if h0 or h1 != q.shape[1]:
         q, k, v, ov = q[:, h0:h1], k[:, h0:h1], v[:, h0:h1], ov[:, h0:h1]
-        if additive is not None and np.ndim(additive) == 4 and np.shape(additive)[1] > 1:
-            additive = additive[:, h0:h1]
+        nd = np.ndim(additive)  # (the term broadcasts as [B, N, S, T]: its heads axis, if any, is cut too)
+        if nd >= 3 and np.shape(additive)[nd - 3] > 1:
+            additive = additive[:, h0:h1] if nd == 4 else additive[h0:h1]
     S, T = q.shape[2], k.shape[2]
     dt = q.dtype
     qs = np.multiply(q, dt.type(scale))

@@ -597,6 +597,8 @@ def _attention_inputs(B, N, S, T, Hd, mask):
     (2, 5, 100, 140, 64, (2, 5, 100, 140), None),  # per-head terms, odd head count, batches
     (1, 4, 128, 160, 64, (1, 1, 1, 160), 32),      # key-only term and a causal mask with a past
     (1, 12, 128, 128, 64, (1, 12, 128, 128), None),
+    (2, 6, 128, 128, 64, (6, 128, 128), None),     # a 3-D term: its first axis is the heads'
+    (1, 6, 128, 128, 64, (128, 128), None),
 ])
 def test_attention_heads_split_between_threads(monkeypatch, B, N, S, T, Hd, mask, causal):
     """Large attention runs its heads split between two threads (every step on each thread's heads, numpy's
