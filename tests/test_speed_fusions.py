@@ -660,7 +660,7 @@ def _shuffle_model(C, M, G, H, W, *, act=None, bias=True, split=None, shape1=Non
     return _model(nodes, [helper.make_tensor_value_info("x", tp, [None, C, H, W])], outs, inits)
 
 
-@pytest.mark.parametrize("C,M,G,H,W", [(24, 112, 4, 6, 5), (12, 12, 3, 7, 7), (8, 16, 2, 1, 9)])
+@pytest.mark.parametrize("C,M,G,H,W", [(24, 112, 4, 6, 5), (12, 12, 3, 7, 7), (8, 16, 2, 1, 9), (16, 8, 2, 5, 5)])
 @pytest.mark.parametrize("act", [None, "Relu", "Sigmoid"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv_shuffle_fusion_matches_onnxruntime(C, M, G, H, W, act, bias, monkeypatch):
@@ -680,6 +680,32 @@ def test_conv_shuffle_fusion_matches_onnxruntime(C, M, G, H, W, act, bias, monke
         so.graph_optimization_level = onnxpy.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         np.testing.assert_array_equal(got[0], onnxpy.InferenceSession(model, so).run(None, {"x": x})[0])
     assert not generic  # the plan-time GEMMs into the shuffled channels ran every time
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_shuffle_bias_folded_into_the_gemms(dtype):
+    """Where each group has at least as many outputs as inputs the bias rides in the GEMMs on a row of ones (added
+    last, so the sums round as the separate pass did): the same bits as the unfolded kernel, batches included."""
+    import onnxpy.ops.fused_small as fs
+
+    rng = np.random.default_rng(14)
+    G, n, Cg = 4, 28, 6
+    W = rng.standard_normal((G * n, Cg, 1, 1)).astype(dtype)
+    B = rng.standard_normal(G * n).astype(dtype)
+    kw = dict(group=G, shape1=[-1, G, n, 9, 7], shape2=[-1, G * n, 9, 7], activation="Relu")
+    runs = {}
+    try:
+        for fold in (True, False):
+            fs._FOLD_BIAS = fold
+            runs[fold] = fs._conv_shuffle_specialize((None, W, B), kw)
+    finally:
+        fs._FOLD_BIAS = True
+    for N in (1, 3):
+        x = rng.standard_normal((N, G * Cg, 9, 7)).astype(dtype)
+        got = runs[True](x, W, B)
+        np.testing.assert_array_equal(got, runs[False](x, W, B))
+        np.testing.assert_allclose(got, fs.conv_shuffle(x, W, B, **kw), rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                   atol=1e-5 if dtype == np.float32 else 1e-12)
 
 
 def test_conv_shuffle_float64_and_fixed_shapes():
