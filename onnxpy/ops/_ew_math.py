@@ -220,11 +220,9 @@ def gelu_erf32(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Exact GELU of a C-contiguous float32 array into ``dst`` (same shape, may be ``src``), block by block, or split
     between two threads when large (``split_passes``)."""
     n = src.size
-    if split_passes(_gelu_part, n, src.reshape(-1), dst.reshape(-1)):
-        return dst
-    if n:
-        fs = src.reshape(-1)
-        fd = dst.reshape(-1)
+    fs = src.reshape(-1)
+    fd = dst.reshape(-1)
+    if n and not split_passes(_gelu_part, n, fs, fd):
         b = min(n, GELU_BLOCK)
         u = np.empty(b, dtype=_F32)
         p = np.empty(b, dtype=_F32)

@@ -243,15 +243,13 @@ def _conv_shuffle_specialize(consts, kwargs):
     w3 = np.ascontiguousarray(W.reshape(G, n, Cg))
     # shuffled channel j * G + i holds the conv's channel i * n + j
     bias = None if B is None else np.ascontiguousarray(B.reshape(G, n).T).reshape(M, 1)
-    if bias is not None and n >= Cg and _FOLD_BIAS:
+    folded = bias is not None and n >= Cg and _FOLD_BIAS
+    if folded:
         # the bias rides in the GEMMs on a row of ones (as _conv1x1 does where the output has at least as many
         # channels as the input: copying the input costs less than a pass over the output; ShuffleNet's first
         # ConvShuffle, 24 -> 112 channels on 56x56: 73 instead of 115 us)
         w3 = np.concatenate([w3, B.reshape(G, n, 1)], axis=2)
         bias = None
-        folded = True
-    else:
-        folded = False
     generic = functools.partial(conv_shuffle, **kwargs)
     fits: dict = {}
 
