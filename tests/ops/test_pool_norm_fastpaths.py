@@ -136,3 +136,56 @@ def test_clip_in_place(donate):
     np.testing.assert_array_equal(elementwise.clip_11(x[:, 1:].copy(), None, hi, _donated=(0,)), [[-2.0, 0.5, 6.0]])
     xi = np.array([-5, 3, 100], np.int8)
     np.testing.assert_array_equal(elementwise.clip_11(xi, np.array(0, np.int8), np.array(6, np.int8)), [0, 3, 6])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_donated_input_normalized_in_place(dtype):
+    """The plan-time LayerNormalization takes a dying input as its output buffer: same values as the fresh-buffer
+    route, written into the donated array; an input it does not own is left alone."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 5, 48)).astype(dtype)
+    g, b = rng.standard_normal(48).astype(dtype), rng.standard_normal(48).astype(dtype)
+    from onnxpy.ops._shape_util import NOT_CONST
+
+    run = normalization.layer_normalization.specialize((NOT_CONST, g, b), {"axis": -1, "epsilon": 1e-5})
+    assert run is not None and run.donates
+    ref = run(x, g, b)
+    xd = x.copy()
+    y = run(xd, g, b, _donated=(0,))
+    assert np.shares_memory(y, xd)
+    np.testing.assert_array_equal(y, ref)
+    x0 = x.copy()
+    np.testing.assert_array_equal(run(x0, g, b), ref)
+    np.testing.assert_array_equal(x0, x)
+    mean = x.mean(-1, keepdims=True)
+    np.testing.assert_allclose(ref, (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + b, rtol=1e-4,
+                               atol=1e-5)
+    xs = x[:, ::2].copy()[:, :2]  # a donated input that is not C-contiguous keeps the fresh buffer
+    xv = np.asfortranarray(xs)
+    yv = run(xv, g, b, _donated=(0,))
+    assert not np.shares_memory(yv, xv)
+    np.testing.assert_array_equal(yv, run(xs, g, b))
+
+
+@pytest.mark.parametrize("simplified", [False, True])
+def test_skip_layer_norm_in_place_matches_all_outputs_route(simplified):
+    """With only the normalized output wanted, SkipLayerNormalization normalizes its sum in place: the values are
+    those of the route that also returns mean, inv_std and the sum (which keeps the sum intact)."""
+    from onnxpy.ops import contrib_norm
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 32)).astype(np.float32)
+    s = rng.standard_normal((2, 6, 32)).astype(np.float32)
+    g, b, bias = (rng.standard_normal(32).astype(np.float32) for _ in range(3))
+    op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
+    beta = None if simplified else b
+    full = contrib_norm._skip_norm(op, x, s, g, beta, bias, 1e-5, simplified, (), ("y", "m", "i", "sum"))
+    np.testing.assert_array_equal(full[3], x + s + bias)
+    xd = x.copy()
+    y = contrib_norm._skip_norm(op, xd, s, g, beta, bias, 1e-5, simplified, (0,), ("y", "", "", ""))
+    assert np.shares_memory(y, xd)
+    np.testing.assert_array_equal(y, full[0])
+    x0 = x.copy()
+    y0 = contrib_norm._skip_norm(op, x0, s, g, beta, bias, 1e-5, simplified, (), ("y",))
+    np.testing.assert_array_equal(y0, full[0])
+    np.testing.assert_array_equal(x0, x)
