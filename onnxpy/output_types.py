@@ -48,6 +48,39 @@ def _merge_type(decl, inf):
     return decl
 
 
+# Models read by onnxpy.ir.wire of at most this many bytes keep their file's bytes for output type inference, which
+# parses them with protobuf when the outputs' NodeArgs are first asked for (session creation then imports no
+# protobuf); larger ones get their slim copy at once (keeping their bytes would double the memory).
+_LAZY_SLIM_MAX = 16 << 20
+
+
+def _slim_source(proto):
+    """What the outputs' NodeArgs infer from (see ``_output_node_args``): a slim protobuf copy of the model, a
+    callable that makes one on first use, or None when none can be made (the declared types then stand)."""
+    from .ir import wire
+
+    if isinstance(proto, wire.Message):
+        buf = proto.__dict__["_span"][0]
+        if len(buf) <= _LAZY_SLIM_MAX:
+            return lambda: _slim_from_bytes(buf)
+        return _slim_from_bytes(buf)
+    try:
+        return _slim_proto(proto)
+    except (ValueError, TypeError):  # e.g. names that are not valid UTF-8: no inference, declared types stay
+        return None
+
+
+def _slim_from_bytes(buf: bytes):
+    from .ir.proto import messages
+
+    try:
+        m = messages().ModelProto()
+        m.ParseFromString(buf)
+        return _slim_proto(m)
+    except Exception:  # noqa: BLE001 - bytes protobuf refuses or names that are not text: declared types stand
+        return None
+
+
 def _slim_proto(proto):
     """A copy of the model for shape inference: nodes and types, without the large initializers' data (onnx's
     classes, loaded without importing onnx: inference itself imports it, on first use)."""

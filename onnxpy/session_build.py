@@ -18,7 +18,7 @@ from .execution.threads import set_blas_threads
 from .ir.load import load_model, read_model_proto, model_from_proto
 from .nodearg import INT64_MAX, ModelMetadata, NodeArg
 from .feeds import _py_map, convert_feed
-from .output_types import _output_node_args, _slim_proto
+from .output_types import _output_node_args, _slim_source
 
 
 def _quiet_state():
@@ -58,7 +58,7 @@ class SessionState:
         if isinstance(source, (bytes, bytearray, memoryview)) or hasattr(source, "SerializeToString"):
             model = load_model(source)
         else:
-            proto, base_dir = read_model_proto(source)
+            proto, base_dir = read_model_proto(source, fast=True)
             model = model_from_proto(proto, base_dir)
         self._apply_initializer_overrides(model)
         if 0 < (model.ir_version or 0) < 4:
@@ -111,10 +111,7 @@ class SessionState:
             v.type is None or v.type.kind != "tensor" or v.type.shape is None
             or any(not isinstance(d, int) for d in v.type.shape) for v in g.outputs)
         self._output_values, self._outputs = g.outputs, None
-        try:
-            self._slim = _slim_proto(source_proto) if needs else None
-        except (ValueError, TypeError):  # e.g. names that are not valid UTF-8: no inference, declared types stay
-            self._slim = None
+        self._slim = _slim_source(source_proto) if needs else None
         model.proto = None  # the decoded arrays are what runs; the protobuf copy would double the memory
         self._outputs_lock = threading.Lock()
         self.required = [v.name for v in self.input_infos if v.type is None or v.type.kind != "optional"]
@@ -167,7 +164,8 @@ class SessionState:
         if self._outputs is None:
             with self._outputs_lock:
                 if self._outputs is None:
-                    self._outputs = _output_node_args(self._output_values, self._slim)
+                    slim = self._slim() if callable(self._slim) else self._slim
+                    self._outputs = _output_node_args(self._output_values, slim)
                     self._slim = None
         return self._outputs
 

@@ -15,15 +15,24 @@ import numpy as np
 from .. import dtypes
 from ..capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
 from . import proto as proto_mod
+from . import wire
 from .model import Function, Graph, Model, Node, TypeInfo, ValueInfo
 from .protoenums import AttributeProto, TensorProto
 
 MAX_FUNCTION_DEPTH = 64
+_WIRE = True  # models read by onnxpy.ir.wire where it can (test and measurement hook)
 
 
-def parse_model_bytes(data, error: str):
+def parse_model_bytes(data, error: str, fast: bool = False):
     """Parse serialized model bytes into onnx's ModelProto class (loaded without importing onnx, see
-    :mod:`onnxpy.ir.proto`).  ``error``: the InvalidProtobuf text when protobuf refuses the bytes."""
+    :mod:`onnxpy.ir.proto`).  ``error``: the InvalidProtobuf text when protobuf refuses the bytes.  With ``fast``
+    the result may instead be :mod:`onnxpy.ir.wire`'s light objects (no protobuf import), where they cover the
+    model: enough for :func:`model_from_proto`, not a protobuf message."""
+    if fast and _WIRE:
+        try:
+            return wire.decode_model(data)
+        except wire.Unsupported:
+            pass  # protobuf parses it (and reports what is wrong with it)
     model = proto_mod.messages().ModelProto()
     try:
         model.ParseFromString(data)
@@ -32,15 +41,17 @@ def parse_model_bytes(data, error: str):
     return model
 
 
-def read_model_proto(path_or_bytes) -> tuple:
+def read_model_proto(path_or_bytes, fast: bool = False) -> tuple:
     """Parse a model from a path, bytes or a ModelProto; returns the message and its folder (None for bytes).
 
-    The message is an ``onnx.ModelProto`` (the class, even when onnx itself is not imported).
+    The message is an ``onnx.ModelProto`` (the class, even when onnx itself is not imported); with ``fast``, where
+    :mod:`onnxpy.ir.wire` covers the model, its light objects instead (what session creation reads).
     """
     if hasattr(path_or_bytes, "SerializeToString") and hasattr(path_or_bytes, "graph"):
         return path_or_bytes, None
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        return parse_model_bytes(bytes(path_or_bytes), "Failed to load model because protobuf parsing failed."), None
+        return parse_model_bytes(bytes(path_or_bytes), "Failed to load model because protobuf parsing failed.",
+                                 fast), None
     path = os.fspath(path_or_bytes)
     if not os.path.exists(path):
         raise NoSuchFile.make(f"Load model from {path} failed:Load model {path} failed. File doesn't exist")
@@ -48,7 +59,7 @@ def read_model_proto(path_or_bytes) -> tuple:
         raise NoSuchFile.make(f"Load model from {path} failed: it is a directory, not a model file")
     with open(path, "rb") as f:
         data = f.read()
-    model = parse_model_bytes(data, f"Load model from {path} failed:Protobuf parsing failed.")
+    model = parse_model_bytes(data, f"Load model from {path} failed:Protobuf parsing failed.", fast)
     return model, os.path.dirname(os.path.abspath(path))
 
 
@@ -199,6 +210,8 @@ def tensor_to_array(t, base_dir: str | None = None) -> np.ndarray:
         return arr
     from onnx import numpy_helper
 
+    if isinstance(t, wire.Message):
+        t = t.to_protobuf()
     if raw is not None:
         shallow = type(t)()
         shallow.CopyFrom(t)
@@ -472,8 +485,9 @@ def _check_text(proto) -> None:
 
 
 def load_model(path_or_bytes) -> Model:
-    """Read and convert a model (path, bytes or ModelProto) to the IR."""
-    proto, base_dir = read_model_proto(path_or_bytes)
+    """Read and convert a model (path, bytes or ModelProto) to the IR (``Model.proto``: the parsed message, onnx's
+    class or :mod:`onnxpy.ir.wire`'s light objects)."""
+    proto, base_dir = read_model_proto(path_or_bytes, fast=True)
     return model_from_proto(proto, base_dir)
 
 
