@@ -235,3 +235,21 @@ def test_read_model_proto_stays_protobuf():
     assert isinstance(load.read_model_proto(path)[0], onnx.ModelProto)
     with open(path, "rb") as f:
         assert isinstance(load.parse_model_bytes(f.read(), "x"), onnx.ModelProto)
+
+
+def test_attributes_without_a_type_and_packed_floats():
+    """Old writers leave AttributeProto.type unset: the value comes from the populated field on both routes (packed
+    floats included, which the wire route keeps as an array)."""
+    nodes = []
+    for i, (k, v) in enumerate((("fl", [0.25, -1.5, 3.0]), ("f", 2.5), ("i", -3), ("ints", [4, -5]), ("s", "txt"))):
+        n = helper.make_node("Custom", ["x"], [f"y{i}"], domain="my.domain", **{k: v})
+        n.attribute[0].type = onnx.AttributeProto.UNDEFINED
+        nodes.append(n)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, [1]) for i in range(5)])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)]
+                             ).SerializeToString()
+    a, b, parsed = _both(data)
+    assert isinstance(parsed, wire.Message)
+    _same_graph(a.graph, b.graph)
+    assert [list(n.attrs.values())[0] for n in a.graph.nodes] == [[0.25, -1.5, 3.0], 2.5, -3, [4, -5], "txt"]

@@ -330,7 +330,7 @@ def decode_attribute(a: AttributeProto, ctx: _Loader):
             return tensor_to_array(a.t, ctx.base_dir)
         if a.HasField("g"):
             return ctx.graph(a.g)
-        if a.floats:
+        if len(a.floats):
             return [float(x) for x in a.floats]
         if a.ints:
             return [int(x) for x in a.ints]

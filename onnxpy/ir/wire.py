@@ -267,7 +267,10 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
             vals = _packed(buf, pos, stop, *sub)
             pos = stop
             old = d.get(attr)
-            d[attr] = vals if old is None else old + vals
+            if old is not None:  # (a field given in several pieces: protobuf concatenates them)
+                vals = np.concatenate([np.asarray(old, vals.dtype), vals]) if isinstance(vals, np.ndarray) \
+                    else list(old) + vals
+            d[attr] = vals
             continue
         elif act == _A_FLOAT:
             if pos + 4 > end:
@@ -294,8 +297,10 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
             old = d.get(attr)
             if old is None:
                 d[attr] = [val]
-            else:
+            elif type(old) is list:
                 old.append(val)
+            else:  # (after a packed piece)
+                d[attr] = list(old.tolist()) + [val]
         else:
             oneof = cls._oneof
             if oneof is not None and attr in oneof:
@@ -319,14 +324,11 @@ def _unknown(cls, buf, pos: int, end: int, key: int) -> int:
 
 def _packed(buf, pos: int, stop: int, kind, sub) -> list:
     n = stop - pos
-    if kind == _FLOAT:
-        if n % 4:
+    if kind == _FLOAT or kind == _DOUBLE:  # (a read-only array over the bytes: what readers do is np.array / float)
+        size = 4 if kind == _FLOAT else 8
+        if n % size:
             raise Unsupported("packed floats of a bad length")
-        return np.frombuffer(buf, "<f4", n // 4, pos).tolist()
-    if kind == _DOUBLE:
-        if n % 8:
-            raise Unsupported("packed doubles of a bad length")
-        return np.frombuffer(buf, "<f8", n // 8, pos).tolist()
+        return np.frombuffer(buf, "<f4" if size == 4 else "<f8", n // size, pos)
     if kind == _ENUM:
         raise Unsupported("packed enum")
     vals = _packed_varints(buf, pos, stop, sub != "unsigned")
