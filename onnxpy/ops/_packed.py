@@ -41,9 +41,9 @@ import numpy as np
 
 from . import _blas
 
-__all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "out_pitch", "pack", "prepack_enabled",
-           "prepacking", "real", "run_ranges", "split_matmul", "stacked_matmul", "standin", "will_pack",
-           "PackedWeight"]
+__all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "matmul_split", "matmul_ksplit", "out_pitch",
+           "pack", "prepack_enabled", "prepacking", "real", "run_ranges", "split_matmul", "stacked_matmul", "standin",
+           "will_pack", "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
 # Weight rows (output features) and depth per kernel call: a 128 x 384 block (192 KiB) stays in L2 while the
@@ -270,19 +270,28 @@ def _blas_threads() -> int:
     return max(1, min(int(_threads_getter[0]() or 1), _CPUS))
 
 
-def _run_blocks(spans, blocks, R, sb, y, ldc, out, bias):
+def _run_blocks(spans, blocks, R, sb, y, ldc, out, bias, col0=0):
     """The kernel over feature ranges ``spans`` ((start, count), ...) for every depth block, each range's outputs
     first set to the bias (or zero) by the thread that then accumulates into them (``y``: the address of ``out``,
-    whose rows are ``ldc`` floats apart)."""
+    whose rows are ``ldc`` floats apart; ``out``'s column 0 is feature ``col0``)."""
     kern = _state[0][2]
     for m0, mb in spans:
-        part = out[:, m0:m0 + mb]
+        c = m0 - col0
+        part = out[:, c:c + mb]
         if bias is None:
             part.fill(0)
         else:
             np.copyto(part, bias if bias.size == 1 else bias[m0:m0 + mb])
         for i, (kb, addr) in enumerate(blocks):
-            kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], y + 4 * m0, ldc)
+            kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], y + 4 * c, ldc)
+
+
+def _run_block_then(spans, blocks, R, sb, out, bias, col0, epilogue):
+    """:func:`_run_blocks` into ``out`` (a thread's own C-contiguous block of features from ``col0``), then
+    ``epilogue(out)`` on the same thread."""
+    _run_blocks(spans, blocks, R, sb, out.ctypes.data, out.shape[1], out, bias, col0)
+    if epilogue is not None:
+        epilogue(out)
 
 
 def _spans(N: int, R: int, T: int, P: int):
@@ -317,31 +326,57 @@ def _row_pitch(a: np.ndarray):
         return None
 
 
-def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = None, out=None) -> np.ndarray:
+def _pieces_source(pieces, K: int, Q: int):
+    """(rows, [(address of column 0, row pitch) per depth block]) for an activation given as column pieces
+    [(first column, float32 (rows, n) array with contiguous rows), ...] that cover [0, K) in order, each depth block of
+    ``Q`` columns inside one piece; None otherwise."""
+    rows = pieces[0][1].shape[0]
+    src = []
+    for k0 in range(0, K, Q):
+        k1 = min(K, k0 + Q)
+        for c0, a in pieces:
+            if c0 <= k0 and k1 <= c0 + a.shape[1]:
+                ld = _row_pitch(a) if a.shape[0] == rows else None
+                if ld is None:
+                    return None
+                src.append((a.ctypes.data + 4 * (k0 - c0), ld))
+                break
+        else:
+            return None
+    return rows, src
+
+
+def matmul(x, pw: PackedWeight, bias=None, threads: int | None = None, out=None) -> np.ndarray:
     """``x @ W (+ bias)`` for a 2-D float32 ``x`` (rows, K; its rows may lie further apart than K) and a packed (K, N)
     weight: a fresh (rows, N) float32 array, or the first N columns of ``out`` (a writeable float32 (rows, >= N)
     array with contiguous rows, not overlapping x), which are returned.  ``bias``: None or float32 values
-    broadcasting to (1, N)."""
-    R, K = x.shape
+    broadcasting to (1, N).  ``x`` may also be the column pieces :func:`matmul_split` returns (each depth block of
+    the weight inside one piece, as there)."""
     N = pw.N
-    if K != pw.K:
-        raise ValueError(f"packed matmul: x has {K} columns, the weight {pw.K} rows")
-    lda = _row_pitch(x)
-    if lda is None:
-        x = np.ascontiguousarray(x, dtype=_F32)
-        lda = K
-    if bias is not None:
-        bias = np.asarray(bias, dtype=_F32)
-        if bias.size != 1 and bias.size != N or bias.ndim > 2 or bias.ndim == 2 and bias.shape[0] != 1:
-            raise ValueError(f"packed matmul: bias of shape {bias.shape} does not broadcast to (1, {N})")
-        bias = bias.reshape(-1)
+    if isinstance(x, list):
+        got = _pieces_source(x, pw.K, pw.Q)
+        if got is None:
+            x = np.concatenate([a for _, a in x], axis=1)
+        else:
+            R, src = got
+            K = pw.K
+    if not isinstance(x, list):
+        R, K = x.shape
+        if K != pw.K:
+            raise ValueError(f"packed matmul: x has {K} columns, the weight {pw.K} rows")
+        lda = _row_pitch(x)
+        if lda is None:
+            x = np.ascontiguousarray(x, dtype=_F32)
+            lda = K
+        src = [(x.ctypes.data + 4 * k0, lda) for k0 in range(0, K, pw.Q)]
+    bias = _bias_vector(bias, N)
     if out is None:
         y = np.empty((R, N), dtype=_F32)
         ldc = N
     else:
         ldc = _row_pitch(out)
-        if ldc is None or out.shape[0] != R or out.shape[1] < N or not out.flags.writeable or np.may_share_memory(
-                out, x):
+        if ldc is None or out.shape[0] != R or out.shape[1] < N or not out.flags.writeable or any(
+                np.may_share_memory(out, a) for a in ([x] if not isinstance(x, list) else [a for _, a in x])):
             raise ValueError(f"packed matmul: out must be a writeable float32 ({R}, >= {N}) array with contiguous "
                              "rows, apart from x")
         y = out[:, :N]
@@ -366,7 +401,8 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
         sb = []
         for i in range(nq):
             addr = base + 4 * i * stride
-            oncopy(blocks[i][0], rb, x.ctypes.data + 4 * (r0 * lda + i * Q), lda, addr)
+            a0, ld = src[i]
+            oncopy(blocks[i][0], rb, a0 + 4 * r0 * ld, ld, addr)
             sb.append(addr)
         yp = y.ctypes.data + 4 * r0 * ldc
         yr = y[r0:r0 + rb]
@@ -377,6 +413,105 @@ def matmul(x: np.ndarray, pw: PackedWeight, bias=None, threads: int | None = Non
         if not _run_shared(_run_blocks, [(part, blocks, rb, sb, yp, ldc, yr, bias) for part in spans]):
             # (another product holds the helpers: this one runs on its own thread)
             _run_blocks([sp for part in spans for sp in part], blocks, rb, sb, yp, ldc, yr, bias)
+    return y
+
+
+def _bias_vector(bias, N: int):
+    if bias is None:
+        return None
+    bias = np.asarray(bias, dtype=_F32)
+    if bias.size != 1 and bias.size != N or bias.ndim > 2 or bias.ndim == 2 and bias.shape[0] != 1:
+        raise ValueError(f"packed matmul: bias of shape {bias.shape} does not broadcast to (1, {N})")
+    return bias.reshape(-1)
+
+
+def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, align: int = 64):
+    """``x @ W (+ bias)`` as the threads' column blocks: [(first feature, C-contiguous float32 (rows, n) array), ...],
+    one per thread (the shares :func:`matmul` gives them), each block written -- and ``epilogue(block)`` run on it --
+    by the thread that computes it, so that an element-wise pass after the product reads what its own thread just
+    wrote and needs no hand-off of its own.  None, running nothing, where the product would not split (one thread,
+    fewer than 16 or more than 256 rows, a small product, a block not starting at a multiple of ``align``) or another
+    product holds the helpers.  :func:`matmul` takes the blocks as its ``x``."""
+    R, K = x.shape
+    N = pw.N
+    if K != pw.K or x.dtype != _F32 or not _FEW_ROWS <= R <= _R or R * K * N < _MIN_PARALLEL:
+        return None
+    T = min(_blas_threads(), -(-N // 64))
+    spans = _spans(N, R, T, pw.P) if T >= 2 else []
+    if len(spans) < 2 or any(part[0][0] % align for part in spans):
+        return None
+    lda = _row_pitch(x)
+    if lda is None:
+        x = np.ascontiguousarray(x)
+        lda = K
+    bias = _bias_vector(bias, N)
+    oncopy = _state[0][1]
+    blocks, Q = pw.blocks, pw.Q
+    stride = R * min(K, Q) + 64
+    sbuf = _aligned(stride * len(blocks))
+    sb = []
+    for i, (kb, _) in enumerate(blocks):
+        addr = sbuf.ctypes.data + 4 * i * stride
+        oncopy(kb, R, x.ctypes.data + 4 * i * Q, lda, addr)
+        sb.append(addr)
+    outs, parts = [], []
+    for part in spans:
+        c0 = part[0][0]
+        blk = np.empty((R, part[-1][0] + part[-1][1] - c0), dtype=_F32)
+        outs.append((c0, blk))
+        parts.append((part, blocks, R, sb, blk, bias, c0, epilogue))
+    return outs if _run_shared(_run_block_then, parts) else None
+
+
+def _kpart(lo, hi, pw, src, R, y, bias):
+    """One thread's share of :func:`matmul_ksplit`: the depth blocks [lo, hi) of ``pw`` (their activations at
+    ``src``: (address, row pitch) per block) packed on this thread and multiplied into ``y`` (rows, N), first set to
+    the bias (or zero)."""
+    oncopy, kern = _state[0][1], _state[0][2]
+    blocks = pw.blocks[lo:hi]
+    stride = R * pw.Q + 64
+    sbuf = _aligned(stride * len(blocks))
+    sb = []
+    for i, (kb, _) in enumerate(blocks):
+        addr = sbuf.ctypes.data + 4 * i * stride
+        a0, ld = src[lo + i]
+        oncopy(kb, R, a0, ld, addr)
+        sb.append(addr)
+    if bias is None:
+        y.fill(0)
+    else:
+        np.copyto(y, bias)
+    yp, ldc, N, P = y.ctypes.data, y.shape[1], pw.N, pw.P
+    for m0 in range(0, N, P):
+        mb = min(P, N - m0)
+        for i, (kb, addr) in enumerate(blocks):
+            kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], yp + 4 * m0, ldc)
+
+
+def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
+    """``x @ W (+ bias)`` for an activation given as two column pieces (as :func:`matmul_split` returns them, each
+    written by one thread) split by depth instead of features: each thread packs the depth blocks of its own piece
+    -- data its own cache holds -- and multiplies them into all N outputs, and the two partial sums are added (the
+    sum's order differs from one thread's by rounding only).  None, running nothing, where that does not apply (not
+    two pieces at depth-block boundaries, rows outside 16-256, a small product) or another product holds the
+    helpers."""
+    if len(pieces) != 2 or _blas_threads() < 2:
+        return None
+    got = _pieces_source(pieces, pw.K, pw.Q)
+    if got is None:
+        return None
+    R, src = got
+    N, K, Q = pw.N, pw.K, pw.Q
+    cut = pieces[1][0]
+    if cut % Q or not 0 < cut < K or not _FEW_ROWS <= R <= _R or R * K * N < _MIN_PARALLEL:
+        return None
+    nb = cut // Q
+    y = np.empty((R, N), dtype=_F32)
+    y1 = np.empty((R, N), dtype=_F32)
+    args = [(0, nb, pw, src, R, y, _bias_vector(bias, N)), (nb, len(pw.blocks), pw, src, R, y1, None)]
+    if not _run_shared(_kpart, args):
+        return None
+    y += y1
     return y
 
 

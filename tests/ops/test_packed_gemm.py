@@ -718,3 +718,100 @@ def test_helper_parts_follow_the_callers_floating_point_settings():
     assert np.isinf(out).all()
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
         _packed.run_ranges(part, 4, 2, out, single_blas=False)
+
+
+def _two_threads():
+    if _packed._blas_threads() < 2:
+        pytest.skip("needs two BLAS threads")
+
+
+@pytest.mark.parametrize("R,K,N", [(128, 768, 3072), (16, 384, 1536), (200, 1000, 2000)])
+@pytest.mark.parametrize("bias", ["none", "vector", "scalar"])
+def test_matmul_split_blocks(R, K, N, bias):
+    """The product as the threads' column blocks: bit-identical to the whole product, the epilogue run once on each
+    block (by the thread that computed it), and the blocks taken back as a later product's activations."""
+    _two_threads()
+    w = RNG.standard_normal((K, N)).astype(np.float32)
+    x = RNG.standard_normal((R, K)).astype(np.float32)
+    b = {"none": None, "vector": RNG.standard_normal(N).astype(np.float32), "scalar": np.float32(0.5)}[bias]
+    pw = _packed.PackedWeight(w)
+    seen = []
+    got = _packed.matmul_split(x, pw, b, lambda blk: seen.append((threading.get_ident(), blk.shape)) or blk.__imul__(2))
+    assert got is not None and len(got) == 2 and got[0][0] == 0
+    assert len({t for t, _ in seen}) == 2 and sorted(s for _, s in seen) == sorted(a.shape for _, a in got)
+    whole = np.concatenate([a for _, a in got], axis=1)
+    assert all(a.flags.c_contiguous for _, a in got) and whole.shape == (R, N)
+    np.testing.assert_array_equal(whole, 2 * _packed.matmul(x, pw, b))
+    # the blocks as the activations of the next product (depth blocks inside one block each, or concatenated)
+    w2 = RNG.standard_normal((N, 300)).astype(np.float32)
+    pw2 = _packed.PackedWeight(w2)
+    np.testing.assert_array_equal(_packed.matmul(got, pw2), _packed.matmul(whole, pw2))
+    np.testing.assert_array_equal(_packed.matmul([(0, whole[:, :100]), (100, whole[:, 100:])], pw2),
+                                  _packed.matmul(whole, pw2))  # (a piece boundary inside a depth block)
+
+
+def test_matmul_split_declines():
+    _two_threads()
+    w = RNG.standard_normal((768, 3072)).astype(np.float32)
+    pw = _packed.PackedWeight(w)
+    for R in (8, 300):  # few rows (one long run per depth block) or more than one row pass
+        assert _packed.matmul_split(RNG.standard_normal((R, 768)).astype(np.float32), pw) is None
+    x = RNG.standard_normal((128, 768)).astype(np.float32)
+    assert _packed.matmul_split(x, pw, align=1000) is None  # the cut (1536) is not a multiple of 1000
+    assert _packed.matmul_split(x[:, :700].copy(), pw) is None  # x does not fit the weight
+    with _packed._pool_acquire:  # another product holds the helpers
+        assert _packed.matmul_split(x, pw) is None
+
+
+@pytest.mark.parametrize("R,K,N", [(128, 3072, 768), (64, 1536, 384), (20, 768, 500)])
+def test_matmul_ksplit(R, K, N):
+    """The product over two column pieces split by depth: each thread multiplies its own piece into all outputs and
+    the partial sums are added -- the same product up to rounding; declined where it does not apply."""
+    _two_threads()
+    w = RNG.standard_normal((K, N)).astype(np.float32)
+    x = RNG.standard_normal((R, K)).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    pw = _packed.PackedWeight(w)
+    cut = (K // pw.Q // 2) * pw.Q
+    pieces = [(0, np.ascontiguousarray(x[:, :cut])), (cut, np.ascontiguousarray(x[:, cut:]))]
+    got = _packed.matmul_ksplit(pieces, pw, b)
+    want = x.astype(np.float64) @ w.astype(np.float64) + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+    np.testing.assert_allclose(got, _packed.matmul(x, pw, b), rtol=1e-5, atol=1e-5 * np.sqrt(K))
+    assert _packed.matmul_ksplit([(0, x)], pw, b) is None  # one piece
+    off = cut - 1
+    assert _packed.matmul_ksplit([(0, x[:, :off].copy()), (off, x[:, off:].copy())], pw, b) is None  # mid-block
+    with _packed._pool_acquire:
+        assert _packed.matmul_ksplit(pieces, pw, b) is None
+
+
+@pytest.mark.parametrize("ksplit", [False, True])
+def test_feed_forward_split_intermediate(monkeypatch, ksplit):
+    """FeedForward with its intermediate as the threads' GELU'd column blocks: what the one-buffer route gives
+    (bit-identical with the second product split by features, up to rounding split by depth), and that route with
+    the helpers busy."""
+    _two_threads()
+    from onnxpy.ops import contrib_fused
+
+    w1 = (RNG.standard_normal((384, 1536)) * 0.05).astype(np.float32)
+    w2 = (RNG.standard_normal((1536, 384)) * 0.05).astype(np.float32)
+    c1 = RNG.standard_normal(1536).astype(np.float32)
+    c2 = RNG.standard_normal(384).astype(np.float32)
+    x = RNG.standard_normal((1, 128, 384)).astype(np.float32)
+    run = contrib_fused._feed_forward_specialize([None, w1, c1, w2, c2], {})
+    calls = []
+    orig = _packed.matmul_split
+    monkeypatch.setattr(_packed, "matmul_split", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    monkeypatch.setattr(contrib_fused, "FF_KSPLIT", ksplit)
+    got = run(x, None, c1, None, c2)
+    assert calls
+    monkeypatch.setattr(contrib_fused, "FF_SPLIT", False)
+    want = run(x, None, c1, None, c2)
+    if ksplit:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+    monkeypatch.setattr(contrib_fused, "FF_SPLIT", True)
+    with _packed._pool_acquire:
+        np.testing.assert_array_equal(run(x, None, c1, None, c2), want)
+    np.testing.assert_allclose(want, contrib_fused.feed_forward(x, w1, c1, w2, c2), rtol=1e-4, atol=1e-4)
