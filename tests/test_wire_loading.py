@@ -253,3 +253,90 @@ def test_attributes_without_a_type_and_packed_floats():
     assert isinstance(parsed, wire.Message)
     _same_graph(a.graph, b.graph)
     assert [list(n.attrs.values())[0] for n in a.graph.nodes] == [[0.25, -1.5, 3.0], 2.5, -3, [4, -5], "txt"]
+
+
+def test_opaque_type_goes_to_protobuf():
+    vi = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    vi.type.opaque_type.domain = "d"  # (the oneof's last member: the tensor type is gone)
+    g = helper.make_graph([helper.make_node("Relu", ["y"], ["z"])], "g",
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1])], value_info=[vi])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(wire.Unsupported):
+        wire.decode_model(data)
+    model = load.load_model(data)
+    assert model.graph.value_info["x"].type is None
+
+
+def test_tables_cover_the_installed_onnx_schema():
+    """Every field onnx's messages define is either read or sent to protobuf: a field the reader skipped as unknown
+    would escape the checks protobuf makes of its contents."""
+    pairs = {"ModelProto": onnx.ModelProto, "GraphProto": onnx.GraphProto, "NodeProto": onnx.NodeProto,
+             "AttributeProto": onnx.AttributeProto, "ValueInfoProto": onnx.ValueInfoProto, "TypeProto": onnx.TypeProto,
+             "TypeProto_Tensor": onnx.TypeProto.Tensor, "TypeProto_SparseTensor": onnx.TypeProto.SparseTensor,
+             "TypeProto_Sequence": onnx.TypeProto.Sequence, "TypeProto_Optional": onnx.TypeProto.Optional,
+             "TypeProto_Map": onnx.TypeProto.Map, "TensorShapeProto": onnx.TensorShapeProto,
+             "TensorShapeProto_Dimension": onnx.TensorShapeProto.Dimension, "TensorProto": onnx.TensorProto,
+             "SparseTensorProto": onnx.SparseTensorProto, "OperatorSetIdProto": onnx.OperatorSetIdProto,
+             "StringStringEntryProto": onnx.StringStringEntryProto}
+    for name, cls in pairs.items():
+        ours = getattr(wire, name)
+        covered = set(ours._fields) | set(wire._GIVE_UP.get(name, ()))
+        theirs = {f.number for f in cls.DESCRIPTOR.fields}
+        assert theirs <= covered, (name, sorted(theirs - covered))
+        for num, (attr, *_rest) in ours._fields.items():
+            assert cls.DESCRIPTOR.fields_by_number[num].name == attr, (name, num, attr)
+
+
+def test_metadata_props_are_read_and_checked():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    entry = m.graph.node[0].metadata_props.add()
+    entry.key, entry.value = "pkg.torch.onnx.stack_trace", "line 1"
+    data = m.SerializeToString()
+    parsed = wire.decode_model(data)
+    assert parsed.graph.node[0].metadata_props[0].key == "pkg.torch.onnx.stack_trace"
+    # a corrupt entry (a group start inside it) is refused, as protobuf refuses it
+    bad = data.replace(b"\x0a\x1apkg.torch", b"\x0b\x1apkg.torch")
+    assert bad != data
+    with pytest.raises(wire.Unsupported):
+        wire.decode_model(bad)
+    with pytest.raises(InvalidProtobuf):
+        onnxpy.InferenceSession(bad)
+
+
+def test_corrupted_models_read_as_protobuf_reads_them():
+    """Random byte changes to a model: whatever the wire reader accepts, protobuf accepts too, to the same IR (or the
+    same loading error); what it declines goes to protobuf."""
+    from onnxpy.capi.onnxruntime_pybind11_state import _OrtError
+    from onnxpy.ir import proto
+
+    src = open(os.path.join(DATA, "light", "light_squeezenet.onnx"), "rb").read()
+    rng = np.random.default_rng(5)
+    accepted = 0
+    for it in range(300):
+        b = bytearray(src)
+        for _ in range(1 + it % 4):
+            i = int(rng.integers(len(b)))
+            b[i] = int(rng.integers(256))
+        data = bytes(b)
+        try:
+            w = wire.decode_model(data)
+        except wire.Unsupported:
+            continue
+        p = proto.messages().ModelProto()
+        p.ParseFromString(data)  # (raises if protobuf refuses what the wire reader took)
+        accepted += 1
+        got = []
+        for parsed in (w, p):
+            try:
+                got.append(load.model_from_proto(parsed))
+            except _OrtError as e:
+                got.append(str(e))
+        if isinstance(got[0], str) or isinstance(got[1], str):
+            assert got[0] == got[1]
+        else:
+            _same_graph(got[0].graph, got[1].graph)
+    assert accepted > 100

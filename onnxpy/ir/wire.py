@@ -92,12 +92,13 @@ GraphProto = _message("GraphProto", {
     1: ("node", _MSG, _R, "NodeProto"), 2: ("name", _STR, _S, None), 5: ("initializer", _MSG, _R, "TensorProto"),
     15: ("sparse_initializer", _MSG, _R, "SparseTensorProto"), 10: ("doc_string", _STR, _S, None),
     11: ("input", _MSG, _R, "ValueInfoProto"), 12: ("output", _MSG, _R, "ValueInfoProto"),
-    13: ("value_info", _MSG, _R, "ValueInfoProto"),
+    13: ("value_info", _MSG, _R, "ValueInfoProto"), 16: ("metadata_props", _MSG, _R, "StringStringEntryProto"),
 })
 NodeProto = _message("NodeProto", {
     1: ("input", _STR, _R, None), 2: ("output", _STR, _R, None), 3: ("name", _STR, _S, None),
     4: ("op_type", _STR, _S, None), 7: ("domain", _STR, _S, None), 8: ("overload", _STR, _S, None),
     5: ("attribute", _MSG, _R, "AttributeProto"), 6: ("doc_string", _STR, _S, None),
+    9: ("metadata_props", _MSG, _R, "StringStringEntryProto"),
 })
 AttributeProto = _message("AttributeProto", {
     1: ("name", _STR, _S, None), 21: ("ref_attr_name", _STR, _S, None), 13: ("doc_string", _STR, _S, None),
@@ -110,6 +111,7 @@ AttributeProto = _message("AttributeProto", {
 })
 ValueInfoProto = _message("ValueInfoProto", {
     1: ("name", _STR, _S, None), 2: ("type", _MSG, _S, "TypeProto"), 3: ("doc_string", _STR, _S, None),
+    4: ("metadata_props", _MSG, _R, "StringStringEntryProto"),
 })
 TypeProto = _message("TypeProto", {
     1: ("tensor_type", _MSG, _S, "TypeProto_Tensor"), 4: ("sequence_type", _MSG, _S, "TypeProto_Sequence"),
@@ -134,6 +136,7 @@ TensorProto = _message("TensorProto", {
     8: ("name", _STR, _S, None), 12: ("doc_string", _STR, _S, None), 9: ("raw_data", _BYTES, _S, None),
     13: ("external_data", _MSG, _R, "StringStringEntryProto"), 14: ("data_location", _ENUM, _S, _LOCATIONS),
     10: ("double_data", _DOUBLE, _R, None), 11: ("uint64_data", _VARINT, _R, None),
+    16: ("metadata_props", _MSG, _R, "StringStringEntryProto"),
 }, keep_span=True)
 SparseTensorProto = _message("SparseTensorProto", {
     1: ("values", _MSG, _S, "TensorProto"), 2: ("indices", _MSG, _S, "TensorProto"), 3: ("dims", _VARINT, _R, None),
@@ -141,9 +144,16 @@ SparseTensorProto = _message("SparseTensorProto", {
 
 ModelProto.functions = ()  # (a model with functions goes to protobuf)
 
-# Fields the reader does not know but protobuf would parse: those whose content the loader never reads are skipped
-# (like unknown fields); the rest send the model to protobuf.
-_GIVE_UP = {"ModelProto": {25}, "TensorProto": {3}}  # functions; segment (chunked tensors)
+# Fields of onnx's schema the reader leaves to protobuf (which also checks their contents): a model with any of them
+# is parsed by protobuf.  Fields outside the schema are skipped, as protobuf keeps them as unknown fields (their
+# framing checked alike).  tests/test_wire_loading.py checks that these tables cover the installed onnx's schema.
+_GIVE_UP = {
+    "ModelProto": {20, 25, 26},  # training_info, functions, configuration
+    "GraphProto": {14},  # quantization_annotation
+    "NodeProto": {10},  # device_configurations
+    "TensorProto": {3},  # segment (a chunked tensor)
+    "TypeProto": {7},  # opaque_type (as the oneof's last member it would replace a type read before it)
+}
 
 _CLASSES = {c.__name__: c for c in (ModelProto, OperatorSetIdProto, StringStringEntryProto, GraphProto, NodeProto,
                                     AttributeProto, ValueInfoProto, TypeProto, TypeProto_Tensor, TypeProto_SparseTensor,
