@@ -42,8 +42,8 @@ import numpy as np
 from . import _blas
 
 __all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "matmul_split", "matmul_ksplit", "out_pitch",
-           "pack", "prepack_enabled", "prepacking", "real", "run_ranges", "split_matmul", "stacked_matmul", "standin",
-           "will_pack", "PackedWeight"]
+           "pack", "prepack_enabled", "prepacking", "real", "run_ranges", "split_cut", "split_matmul", "stacked_matmul",
+           "standin", "will_pack", "PackedWeight"]
 
 _F32 = np.dtype(np.float32)
 # Weight rows (output features) and depth per kernel call: a 128 x 384 block (192 KiB) stays in L2 while the
@@ -425,6 +425,26 @@ def _bias_vector(bias, N: int):
     return bias.reshape(-1)
 
 
+def _split_spans(R: int, pw: PackedWeight, align: int):
+    """The threads' feature ranges of :func:`matmul_split`, or None where it does not split (a fact of the shapes and
+    the thread count, not of whether the helpers are free)."""
+    N = pw.N
+    if not _FEW_ROWS <= R <= _R or R * pw.K * N < _MIN_PARALLEL:
+        return None
+    T = min(_blas_threads(), -(-N // 64))
+    spans = _spans(N, R, T, pw.P) if T >= 2 else []
+    if len(spans) < 2 or any(part[0][0] % align for part in spans):
+        return None
+    return spans
+
+
+def split_cut(R: int, pw: PackedWeight, align: int = 64):
+    """Where :func:`matmul_split` cuts a product of ``R`` rows between two threads (the second block's first feature),
+    None where it does not split it in two."""
+    spans = _split_spans(R, pw, align)
+    return spans[1][0][0] if spans is not None and len(spans) == 2 else None
+
+
 def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, align: int = 64):
     """``x @ W (+ bias)`` as the threads' column blocks: [(first feature, C-contiguous float32 (rows, n) array), ...],
     one per thread (the shares :func:`matmul` gives them), each block written -- and ``epilogue(block)`` run on it --
@@ -433,13 +453,10 @@ def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, alig
     fewer than 16 or more than 256 rows, a small product, a block not starting at a multiple of ``align``) or another
     product holds the helpers.  :func:`matmul` takes the blocks as its ``x``."""
     R, K = x.shape
+    spans = _split_spans(R, pw, align)
+    if K != pw.K or x.dtype != _F32 or spans is None:
+        return None
     N = pw.N
-    if K != pw.K or x.dtype != _F32 or not _FEW_ROWS <= R <= _R or R * K * N < _MIN_PARALLEL:
-        return None
-    T = min(_blas_threads(), -(-N // 64))
-    spans = _spans(N, R, T, pw.P) if T >= 2 else []
-    if len(spans) < 2 or any(part[0][0] % align for part in spans):
-        return None
     lda = _row_pitch(x)
     if lda is None:
         x = np.ascontiguousarray(x)
@@ -492,9 +509,10 @@ def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
     """``x @ W (+ bias)`` for an activation given as two column pieces (as :func:`matmul_split` returns them, each
     written by one thread) split by depth instead of features: each thread packs the depth blocks of its own piece
     -- data its own cache holds -- and multiplies them into all N outputs, and the two partial sums are added (the
-    sum's order differs from one thread's by rounding only).  None, running nothing, where that does not apply (not
-    two pieces at depth-block boundaries, rows outside 16-256, a small product) or another product holds the
-    helpers."""
+    sum's order differs from one thread's by rounding only).  With another product holding the helpers the calling
+    thread computes both partial sums itself, in the same order: the result does not depend on which thread computed
+    what.  None, running nothing, where the split does not apply (not two pieces at depth-block boundaries, one BLAS
+    thread, rows outside 16-256, a small product)."""
     if len(pieces) != 2 or _blas_threads() < 2:
         return None
     got = _pieces_source(pieces, pw.K, pw.Q)
@@ -510,7 +528,8 @@ def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
     y1 = np.empty((R, N), dtype=_F32)
     args = [(0, nb, pw, src, R, y, _bias_vector(bias, N)), (nb, len(pw.blocks), pw, src, R, y1, None)]
     if not _run_shared(_kpart, args):
-        return None
+        for a in args:
+            _kpart(*a)
     y += y1
     return y
 

@@ -201,17 +201,22 @@ def _feed_forward_specialize(consts, kwargs):
             a2 = A.reshape(rows, H1)
             # the intermediate as the threads' column blocks, each GELU'd by its own thread right after its product
             pieces = _packed.matmul_split(a2, p1, c1, _gelu_in_place, p2.Q) if FF_SPLIT else None
-            if pieces is not None:
-                y = _packed.matmul_ksplit(pieces, p2, c2) if FF_KSPLIT else None
-                if y is None:
-                    y = _packed.matmul(pieces, p2, c2)
-                return y.reshape(A.shape[:-1] + (H2,))
-            hb = np.empty((rows, ld), _F32)
-            if ld > F:
-                hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
-            h = _packed.matmul(a2, p1, c1, out=hb)
-            _fast.gelu_erf32(hb, hb)
-            return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (H2,))
+            if pieces is None:
+                hb = np.empty((rows, ld), _F32)
+                if ld > F:
+                    hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
+                h = _packed.matmul(a2, p1, c1, out=hb)
+                _fast.gelu_erf32(hb, hb)
+                # (the helpers were busy: the second product still sums in the split's order, so that a run's
+                # result does not depend on whether another run held the helpers)
+                cut = _packed.split_cut(rows, p1, p2.Q) if FF_SPLIT and FF_KSPLIT else None
+                if cut is None:
+                    return _packed.matmul(h, p2, c2).reshape(A.shape[:-1] + (H2,))
+                pieces = [(0, h[:, :cut]), (cut, h[:, cut:])]
+            y = _packed.matmul_ksplit(pieces, p2, c2) if FF_KSPLIT else None
+            if y is None:
+                y = _packed.matmul(pieces, p2, c2)
+            return y.reshape(A.shape[:-1] + (H2,))
 
         run_packed.releases = (1, 3)
         return run_packed

@@ -159,9 +159,11 @@ def test_fed_weight_is_not_packed():
     np.testing.assert_allclose(sess.run(None, {"x": x, "W": w})[0], x @ w, rtol=1e-4, atol=1e-4)
 
 
-def test_concurrent_runs_give_identical_results():
-    sess = onnxpy.InferenceSession(_model("ffn"))
-    xs = [RNG.standard_normal((1, 64, 384)).astype(np.float32) for _ in range(4)]
+@pytest.mark.parametrize("N,rows", [(512, 64), (1536, 128)])
+def test_concurrent_runs_give_identical_results(N, rows):
+    """(1536 x 128 rows: FeedForward's intermediate split between the threads, which concurrent runs contend for.)"""
+    sess = onnxpy.InferenceSession(_model("ffn", N=N))
+    xs = [RNG.standard_normal((1, rows, 384)).astype(np.float32) for _ in range(4)]
     want = [sess.run(None, {"x": x})[0] for x in xs]
     out = [None] * 4
 
@@ -752,6 +754,7 @@ def test_matmul_split_blocks(R, K, N, bias):
 
 def test_matmul_split_declines():
     _two_threads()
+    assert _packed.split_cut(128, _packed.PackedWeight(RNG.standard_normal((768, 3072)).astype(np.float32))) == 1536
     w = RNG.standard_normal((768, 3072)).astype(np.float32)
     pw = _packed.PackedWeight(w)
     for R in (8, 300):  # few rows (one long run per depth block) or more than one row pass
@@ -781,15 +784,17 @@ def test_matmul_ksplit(R, K, N):
     assert _packed.matmul_ksplit([(0, x)], pw, b) is None  # one piece
     off = cut - 1
     assert _packed.matmul_ksplit([(0, x[:, :off].copy()), (off, x[:, off:].copy())], pw, b) is None  # mid-block
-    with _packed._pool_acquire:
-        assert _packed.matmul_ksplit(pieces, pw, b) is None
+    with _packed._pool_acquire:  # another product holds the helpers: the same sums, on the calling thread
+        np.testing.assert_array_equal(_packed.matmul_ksplit(pieces, pw, b), got)
+    # pieces that are column ranges of one array (rows further apart than their width)
+    np.testing.assert_array_equal(_packed.matmul_ksplit([(0, x[:, :cut]), (cut, x[:, cut:])], pw, b), got)
 
 
 @pytest.mark.parametrize("ksplit", [False, True])
 def test_feed_forward_split_intermediate(monkeypatch, ksplit):
     """FeedForward with its intermediate as the threads' GELU'd column blocks: what the one-buffer route gives
-    (bit-identical with the second product split by features, up to rounding split by depth), and that route with
-    the helpers busy."""
+    (bit-identical with the second product split by features, up to rounding split by depth); with the helpers busy
+    the same bits as with them free (a run's result does not depend on another run holding the helpers)."""
     _two_threads()
     from onnxpy.ops import contrib_fused
 
@@ -813,5 +818,5 @@ def test_feed_forward_split_intermediate(monkeypatch, ksplit):
         np.testing.assert_array_equal(got, want)
     monkeypatch.setattr(contrib_fused, "FF_SPLIT", True)
     with _packed._pool_acquire:
-        np.testing.assert_array_equal(run(x, None, c1, None, c2), want)
+        np.testing.assert_array_equal(run(x, None, c1, None, c2), got)
     np.testing.assert_allclose(want, contrib_fused.feed_forward(x, w1, c1, w2, c2), rtol=1e-4, atol=1e-4)
