@@ -239,6 +239,26 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
     return ov
 
 
+# The softmax's sums over the keys (axis -2 of the transposed scores) as one matrix product with a row of ones per
+# head (BLAS: 6 x 128 x 128 float32 in 6 instead of numpy's 23 us for the axis reduction; test and measurement hook)
+_ONES_SUMS = True
+_ONES: dict = {}
+
+
+def _key_sums(st: np.ndarray) -> np.ndarray:
+    """st [..., T, S] summed over T, keeping the axis: [..., 1, S]."""
+    if not _ONES_SUMS or st.dtype.kind != "f":
+        return np.sum(st, axis=-2, keepdims=True)
+    key = (st.shape[-2], st.dtype)
+    ones = _ONES.get(key)
+    if ones is None:
+        ones = np.ones((1, st.shape[-2]), dtype=st.dtype)
+        ones.flags.writeable = False
+        if len(_ONES) < 64:
+            _ONES[key] = ones
+    return np.matmul(ones, st)
+
+
 def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
     """:func:`_mha_core_t` for heads [h0, h1), written into those heads of ``ov`` (``plain``: numpy's products, on
     one of the threads a split attention runs on)."""
@@ -254,7 +274,7 @@ def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
     den = None
     if st.size and st.max() <= _EXP_SAFE:  # False for NaN
         np.exp(st, out=st)
-        den = np.sum(st, axis=-2, keepdims=True)
+        den = _key_sums(st)
         if not den.min() >= _DEN_MIN:
             st = _scores_t(k, qs, additive, causal_past, S, T, dt, plain)
             den = None
@@ -265,7 +285,7 @@ def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
             m = np.where(np.isfinite(m), m, dt.type(0))
         st -= m
         np.exp(st, out=st)
-        den = np.sum(st, axis=-2, keepdims=True)
+        den = _key_sums(st)
         if not finite:
             den = np.where(den == 0, dt.type(1), den)
     if plain or not _stacks_mm(st, v, ov, True, False):

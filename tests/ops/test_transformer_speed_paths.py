@@ -660,3 +660,19 @@ def test_mha_key_only_term_without_masked_keys(case, monkeypatch):
     assert [None if t is None else t.shape for t in terms] == [expect_shape[case]]
     assert np.array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_key_sums_as_products_with_ones(dtype):
+    """The softmax's sums over the keys are products with a row of ones: numpy's sums up to rounding, NaN and inf
+    carried through, and the same shape (the axis kept)."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    st = np.random.default_rng(4).random((2, 3, 40, 17)).astype(dtype)
+    st[0, 1, 5, 2] = np.nan
+    st[1, 2, 7, 3] = np.inf
+    got = ct._key_sums(st)
+    want = np.sum(st, axis=-2, keepdims=True)
+    assert got.shape == want.shape == (2, 3, 1, 17) and got.dtype == st.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert np.isnan(got[0, 1, 0, 2]) and np.isposinf(got[1, 2, 0, 3])
