@@ -346,29 +346,48 @@ def _pieces_source(pieces, K: int, Q: int):
     return rows, src
 
 
+def _activation_source(x, pw: PackedWeight):
+    """(rows, [(address, row pitch) of each depth block's columns], the arrays those addresses point into) for a 2-D
+    float32 activation or the column pieces :func:`matmul_split` returns (concatenated where a depth block straddles
+    two of them); ValueError when its columns do not match the weight's rows."""
+    if isinstance(x, list):
+        got = _pieces_source(x, pw.K, pw.Q)
+        if got is not None:
+            return got[0], got[1], [a for _, a in x]
+        x = np.concatenate([a for _, a in x], axis=1)
+    R, K = x.shape
+    if K != pw.K:
+        raise ValueError(f"packed matmul: x has {K} columns, the weight {pw.K} rows")
+    lda = _row_pitch(x)
+    if lda is None:
+        x = np.ascontiguousarray(x, dtype=_F32)
+        lda = K
+    return R, [(x.ctypes.data + 4 * k0, lda) for k0 in range(0, K, pw.Q)], [x]
+
+
+def _pack_rows(blocks, src, r0: int, R: int):
+    """Rows [r0, r0 + R) of the activation at ``src`` ((address, row pitch) per depth block of ``blocks``) packed for
+    the kernel, one panel per depth block: (the buffer, the panels' addresses in it)."""
+    oncopy = _state[0][1]
+    stride = R * blocks[0][0] + 64  # (the first depth block is the deepest)
+    sbuf = _aligned(stride * len(blocks))
+    sb = []
+    for i, (kb, _) in enumerate(blocks):
+        addr = sbuf.ctypes.data + 4 * i * stride
+        a0, ld = src[i]
+        oncopy(kb, R, a0 + 4 * r0 * ld, ld, addr)
+        sb.append(addr)
+    return sbuf, sb
+
+
 def matmul(x, pw: PackedWeight, bias=None, threads: int | None = None, out=None) -> np.ndarray:
     """``x @ W (+ bias)`` for a 2-D float32 ``x`` (rows, K; its rows may lie further apart than K) and a packed (K, N)
     weight: a fresh (rows, N) float32 array, or the first N columns of ``out`` (a writeable float32 (rows, >= N)
     array with contiguous rows, not overlapping x), which are returned.  ``bias``: None or float32 values
     broadcasting to (1, N).  ``x`` may also be the column pieces :func:`matmul_split` returns (each depth block of
     the weight inside one piece, as there)."""
-    N = pw.N
-    if isinstance(x, list):
-        got = _pieces_source(x, pw.K, pw.Q)
-        if got is None:
-            x = np.concatenate([a for _, a in x], axis=1)
-        else:
-            R, src = got
-            K = pw.K
-    if not isinstance(x, list):
-        R, K = x.shape
-        if K != pw.K:
-            raise ValueError(f"packed matmul: x has {K} columns, the weight {pw.K} rows")
-        lda = _row_pitch(x)
-        if lda is None:
-            x = np.ascontiguousarray(x, dtype=_F32)
-            lda = K
-        src = [(x.ctypes.data + 4 * k0, lda) for k0 in range(0, K, pw.Q)]
+    N, K = pw.N, pw.K
+    R, src, held = _activation_source(x, pw)
     bias = _bias_vector(bias, N)
     if out is None:
         y = np.empty((R, N), dtype=_F32)
@@ -376,7 +395,7 @@ def matmul(x, pw: PackedWeight, bias=None, threads: int | None = None, out=None)
     else:
         ldc = _row_pitch(out)
         if ldc is None or out.shape[0] != R or out.shape[1] < N or not out.flags.writeable or any(
-                np.may_share_memory(out, a) for a in ([x] if not isinstance(x, list) else [a for _, a in x])):
+                np.may_share_memory(out, a) for a in held):
             raise ValueError(f"packed matmul: out must be a writeable float32 ({R}, >= {N}) array with contiguous "
                              "rows, apart from x")
         y = out[:, :N]
@@ -385,25 +404,15 @@ def matmul(x, pw: PackedWeight, bias=None, threads: int | None = None, out=None)
         if bias is not None:
             y += bias
         return y
-    oncopy = _state[0][1]
     blocks = pw.blocks
-    nq = len(blocks)
     T = _blas_threads() if threads is None else threads
     if threads is None and R * K * N < _MIN_PARALLEL:
         T = 1  # (a helper's hand-off, ~40 us, costs more than it saves)
-    P, Q = pw.P, pw.Q
+    P = pw.P
     T = max(1, min(T, -(-N // 64)))
     for r0 in range(0, R, _R):
         rb = min(_R, R - r0)
-        stride = rb * min(K, Q) + 64
-        sbuf = _aligned(stride * nq)
-        base = sbuf.ctypes.data
-        sb = []
-        for i in range(nq):
-            addr = base + 4 * i * stride
-            a0, ld = src[i]
-            oncopy(blocks[i][0], rb, a0 + 4 * r0 * ld, ld, addr)
-            sb.append(addr)
+        sbuf, sb = _pack_rows(blocks, src, r0, rb)  # (sbuf holds the packed rows sb points into)
         yp = y.ctypes.data + 4 * r0 * ldc
         yr = y[r0:r0 + rb]
         spans = _spans(N, rb, T, P)
@@ -456,21 +465,10 @@ def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, alig
     spans = _split_spans(R, pw, align)
     if K != pw.K or x.dtype != _F32 or spans is None:
         return None
-    N = pw.N
-    lda = _row_pitch(x)
-    if lda is None:
-        x = np.ascontiguousarray(x)
-        lda = K
-    bias = _bias_vector(bias, N)
-    oncopy = _state[0][1]
-    blocks, Q = pw.blocks, pw.Q
-    stride = R * min(K, Q) + 64
-    sbuf = _aligned(stride * len(blocks))
-    sb = []
-    for i, (kb, _) in enumerate(blocks):
-        addr = sbuf.ctypes.data + 4 * i * stride
-        oncopy(kb, R, x.ctypes.data + 4 * i * Q, lda, addr)
-        sb.append(addr)
+    _, src, held = _activation_source(x, pw)
+    bias = _bias_vector(bias, pw.N)
+    blocks = pw.blocks
+    sbuf, sb = _pack_rows(blocks, src, 0, R)  # (sbuf holds the packed rows sb points into)
     outs, parts = [], []
     for part in spans:
         c0 = part[0][0]
@@ -484,25 +482,10 @@ def _kpart(lo, hi, pw, src, R, y, bias):
     """One thread's share of :func:`matmul_ksplit`: the depth blocks [lo, hi) of ``pw`` (their activations at
     ``src``: (address, row pitch) per block) packed on this thread and multiplied into ``y`` (rows, N), first set to
     the bias (or zero)."""
-    oncopy, kern = _state[0][1], _state[0][2]
     blocks = pw.blocks[lo:hi]
-    stride = R * pw.Q + 64
-    sbuf = _aligned(stride * len(blocks))
-    sb = []
-    for i, (kb, _) in enumerate(blocks):
-        addr = sbuf.ctypes.data + 4 * i * stride
-        a0, ld = src[lo + i]
-        oncopy(kb, R, a0, ld, addr)
-        sb.append(addr)
-    if bias is None:
-        y.fill(0)
-    else:
-        np.copyto(y, bias)
-    yp, ldc, N, P = y.ctypes.data, y.shape[1], pw.N, pw.P
-    for m0 in range(0, N, P):
-        mb = min(P, N - m0)
-        for i, (kb, addr) in enumerate(blocks):
-            kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], yp + 4 * m0, ldc)
+    sbuf, sb = _pack_rows(blocks, src[lo:hi], 0, R)  # (sbuf holds the packed rows sb points into)
+    N, P = pw.N, pw.P
+    _run_blocks([(m0, min(P, N - m0)) for m0 in range(0, N, P)], blocks, R, sb, y.ctypes.data, N, y, bias)
 
 
 def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
