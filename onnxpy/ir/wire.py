@@ -20,8 +20,8 @@ import struct
 
 import numpy as np
 
-from .protoenums import AttributeProto as _AP
 from .protoenums import TensorProto as _TP
+from .protoenums import attribute_type_names, data_type_names
 
 __all__ = ["Unsupported", "decode_model"]
 
@@ -30,9 +30,9 @@ class Unsupported(Exception):
     """The bytes use something this reader leaves to protobuf (or are malformed)."""
 
 
-_DATA_TYPES = frozenset(v for k, v in vars(_TP).items() if k.isupper() and k not in ("DEFAULT", "EXTERNAL"))
+_DATA_TYPES = frozenset(data_type_names().values())
 _LOCATIONS = frozenset((_TP.DEFAULT, _TP.EXTERNAL))
-_ATTR_TYPES = frozenset(v for k, v in vars(_AP).items() if k.isupper())
+_ATTR_TYPES = frozenset(attribute_type_names().values())
 
 _unpack_f = struct.Struct("<f").unpack_from
 _unpack_d = struct.Struct("<d").unpack_from
@@ -64,11 +64,10 @@ class Message:
         return msg
 
 
-# field kinds
-_VARINT, _SINT32, _ENUM, _FLOAT, _STR, _BYTES, _MSG = range(7)
-_WIRE = {_VARINT: 0, _SINT32: 0, _ENUM: 0, _FLOAT: 5, _STR: 2, _BYTES: 2, _MSG: 2}
-_DOUBLE = 7  # repeated double (packed, or fixed64 one by one)
-_WIRE[_DOUBLE] = 1
+# field kinds (the length-delimited ones first: the reader tests ``kind <= _MSG``), and _PACKED for a repeated number
+# written as one length-delimited run; _DOUBLE: repeated double (packed, or fixed64 one by one)
+_STR, _BYTES, _MSG, _VARINT, _SINT32, _ENUM, _FLOAT, _DOUBLE, _PACKED = range(9)
+_WIRE = {_STR: 2, _BYTES: 2, _MSG: 2, _VARINT: 0, _SINT32: 0, _ENUM: 0, _FLOAT: 5, _DOUBLE: 1}
 
 
 def _message(name, fields, oneofs=None, keep_span=False):
@@ -159,20 +158,17 @@ _CLASSES = {c.__name__: c for c in (ModelProto, OperatorSetIdProto, StringString
                                     AttributeProto, ValueInfoProto, TypeProto, TypeProto_Tensor, TypeProto_SparseTensor,
                                     TypeProto_Sequence, TypeProto_Optional, TypeProto_Map, TensorShapeProto,
                                     TensorShapeProto_Dimension, TensorProto, SparseTensorProto)}
-# Per class: ``_keys``, the field key (number << 3 | wire type) -> (attribute, action, message class / enum values)
-# for every encoding the reader takes (repeated numbers both packed and one by one), and the defaults.
-_A_STR, _A_BYTES, _A_MSG, _A_INT, _A_INT32, _A_ENUM, _A_FLOAT, _A_DOUBLE, _A_PACKED = range(9)
+# Per class: ``_keys``, the field key (number << 3 | wire type) -> (attribute, kind + 16 if repeated, message class /
+# enum values) for every encoding the reader takes (repeated numbers both packed and one by one), and the defaults.
 for _cls in _CLASSES.values():
     _keys = {}
     for _num, (_attr, _kind, _rep, _extra) in _cls._fields.items():
         _sub = _CLASSES[_extra] if _kind == _MSG else _extra
-        _act = {_STR: _A_STR, _BYTES: _A_BYTES, _MSG: _A_MSG, _VARINT: _A_INT, _SINT32: _A_INT32, _ENUM: _A_ENUM,
-                _FLOAT: _A_FLOAT, _DOUBLE: _A_DOUBLE}[_kind]
         if _kind == _VARINT and _attr == "uint64_data":
             _sub = "unsigned"
-        _keys[_num << 3 | _WIRE[_kind]] = (_attr, _act + (16 if _rep else 0), _sub)
-        if _rep and _kind not in (_STR, _BYTES, _MSG):
-            _keys[_num << 3 | 2] = (_attr, _A_PACKED, (_kind, _sub))
+        _keys[_num << 3 | _WIRE[_kind]] = (_attr, _kind + (16 if _rep else 0), _sub)
+        if _rep and _kind > _MSG:
+            _keys[_num << 3 | 2] = (_attr, _PACKED, (_kind, _sub))
         if _rep:
             setattr(_cls, _attr, ())
         elif _kind == _STR:
@@ -191,7 +187,7 @@ for _cls in _CLASSES.values():
     for _num, (_attr, _kind, _rep, _extra) in _cls._fields.items():
         if _kind == _MSG and not _rep:
             setattr(_cls, _attr, _CLASSES[_extra]())  # (an empty message: read-only by convention)
-del _cls, _keys, _num, _attr, _kind, _rep, _extra, _sub, _act
+del _cls, _keys, _num, _attr, _kind, _rep, _extra, _sub
 
 
 def _varint(buf, pos: int, end: int):
@@ -245,10 +241,10 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
         if f is None:
             pos = _unknown(cls, buf, pos, end, key)
             continue
-        attr, act, sub = f
-        rep = act >= 16
-        act &= 15
-        if act <= _A_MSG:  # length-delimited
+        attr, kind, sub = f
+        rep = kind >= 16
+        kind &= 15
+        if kind <= _MSG:  # length-delimited
             n = buf[pos]
             pos += 1
             if n >= 0x80:
@@ -256,20 +252,20 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
             stop = pos + n
             if stop > end:
                 raise Unsupported("truncated field")
-            if act == _A_STR:
+            if kind == _STR:
                 raw = buf[pos:stop]
                 try:
                     val = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     val = raw  # (as protobuf hands back an invalid proto2 string: the loader reports it)
-            elif act == _A_MSG:
+            elif kind == _MSG:
                 val = _decode(sub, buf, pos, stop, depth + 1)
                 if not rep and attr in d:
                     raise Unsupported(f"{cls.__name__}.{attr} given twice")  # (protobuf merges the two)
             else:
                 val = buf[pos:stop]
             pos = stop
-        elif act == _A_PACKED:
+        elif kind == _PACKED:
             n, pos = _varint(buf, pos, end)
             stop = pos + n
             if stop > end:
@@ -282,12 +278,12 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
                     else list(old) + vals
             d[attr] = vals
             continue
-        elif act == _A_FLOAT:
+        elif kind == _FLOAT:
             if pos + 4 > end:
                 raise Unsupported("truncated fixed32")
             val = _unpack_f(buf, pos)[0]
             pos += 4
-        elif act == _A_DOUBLE:
+        elif kind == _DOUBLE:
             if pos + 8 > end:
                 raise Unsupported("truncated fixed64")
             val = _unpack_d(buf, pos)[0]
@@ -297,11 +293,11 @@ def _decode(cls, buf, pos: int, end: int, depth: int):
             pos += 1
             if v >= 0x80:
                 v, pos = _varint(buf, pos - 1, end)
-            if act == _A_INT:
+            if kind == _VARINT:
                 val = v if sub == "unsigned" or v < 1 << 63 else v - (1 << 64)
             else:
                 val = _int32(v)
-                if act == _A_ENUM and val not in sub:
+                if kind == _ENUM and val not in sub:
                     raise Unsupported(f"{cls.__name__}.{attr}: enum value {val}")
         if rep:
             old = d.get(attr)
