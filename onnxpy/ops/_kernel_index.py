@@ -23,7 +23,7 @@ FILES = {
     'contrib_quant.py': 4231347734,
     'contrib_quant_seq.py': 1800410504,
     'contrib_text.py': 1618180257,
-    'contrib_transformer.py': 1676012583,
+    'contrib_transformer.py': 617263193,
     'control_flow.py': 569346420,
     'conv.py': 3909812432,
     'detection.py': 2012434111,

@@ -19,6 +19,7 @@ from . import _packed
 from ._common import F32 as _F32
 from ._common import compute_dtype as _cd
 from ._common import float_arr as _float_arr
+from ._common import ones_vector
 from ._common import rotate as _rotate
 from ._ew_math import to_f32 as _to_f32
 from .activations import _EXP_SAFE32 as _EXP_SAFE  # the unshifted softmax's bounds, shared with activations
@@ -246,21 +247,14 @@ def _mha_core_t(q, k, v, scale, additive, causal_past):
 # The softmax's sums over the keys (axis -2 of the transposed scores) as one matrix product with a row of ones per
 # head (BLAS: 6 x 128 x 128 float32 in 6 instead of numpy's 23 us for the axis reduction; test and measurement hook)
 _ONES_SUMS = True
-_ONES: dict = {}
 
 
 def _key_sums(st: np.ndarray) -> np.ndarray:
     """st [..., T, S] summed over T, keeping the axis: [..., 1, S]."""
-    if not _ONES_SUMS or st.dtype.kind != "f":
+    ones = ones_vector(st.shape[-2], st.dtype) if _ONES_SUMS and st.dtype.kind == "f" else None
+    if ones is None:  # (off, or more keys than the shared ones vectors hold)
         return np.sum(st, axis=-2, keepdims=True)
-    key = (st.shape[-2], st.dtype)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = np.ones((1, st.shape[-2]), dtype=st.dtype)
-        ones.flags.writeable = False
-        if len(_ONES) < 64:
-            _ONES[key] = ones
-    return np.matmul(ones, st)
+    return np.matmul(ones[None], st)
 
 
 def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
