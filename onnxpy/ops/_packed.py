@@ -434,11 +434,17 @@ def _bias_vector(bias, N: int):
     return bias.reshape(-1)
 
 
+def _splittable(R: int, pw: PackedWeight) -> bool:
+    """A product of ``R`` rows that :func:`matmul_split` / :func:`matmul_ksplit` share between threads: one row pass
+    of many rows, large enough for a hand-off."""
+    return _FEW_ROWS <= R <= _R and R * pw.K * pw.N >= _MIN_PARALLEL
+
+
 def _split_spans(R: int, pw: PackedWeight, align: int):
     """The threads' feature ranges of :func:`matmul_split`, or None where it does not split (a fact of the shapes and
     the thread count, not of whether the helpers are free)."""
     N = pw.N
-    if not _FEW_ROWS <= R <= _R or R * pw.K * N < _MIN_PARALLEL:
+    if not _splittable(R, pw):
         return None
     T = min(_blas_threads(), -(-N // 64))
     spans = _spans(N, R, T, pw.P) if T >= 2 else []
@@ -504,7 +510,7 @@ def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
     R, src = got
     N, K, Q = pw.N, pw.K, pw.Q
     cut = pieces[1][0]
-    if cut % Q or not 0 < cut < K or not _FEW_ROWS <= R <= _R or R * K * N < _MIN_PARALLEL:
+    if cut % Q or not 0 < cut < K or not _splittable(R, pw):
         return None
     nb = cut // Q
     y = np.empty((R, N), dtype=_F32)
