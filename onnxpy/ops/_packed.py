@@ -523,6 +523,41 @@ def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
     return y
 
 
+def _ff_part(part, p1, R, sb, blk, c1, c0, epilogue, lo, hi, p2, y, c2):
+    _run_block_then(part, p1.blocks, R, sb, blk, c1, c0, epilogue)
+    src = [(blk.ctypes.data + 4 * (k0 - c0), blk.shape[1]) if c0 <= k0 < c0 + blk.shape[1] else None
+           for k0 in range(0, p2.K, p2.Q)]
+    _kpart(lo, hi, p2, src, R, y, c2)
+
+
+def matmul_chain(x: np.ndarray, p1: PackedWeight, c1, epilogue, p2: PackedWeight, c2):
+    """``epilogue(x @ W1 + c1) @ W2 + c2`` in one parallel region: each thread computes its column block of the
+    first product, runs ``epilogue`` on it, and multiplies that block (its depth share of the second product) into a
+    partial sum of all outputs; the partial sums are added.  None where the split does not apply or the helpers are
+    busy (the caller then runs :func:`matmul_split` / :func:`matmul_ksplit`, which sum in the same order)."""
+    R, K = x.shape
+    spans = _split_spans(R, p1, p2.Q)
+    if K != p1.K or x.dtype != _F32 or spans is None or len(spans) != 2 or p2.K != p1.N or not _splittable(R, p2):
+        return None
+    _, src, held = _activation_source(x, p1)
+    c1 = _bias_vector(c1, p1.N)
+    sbuf, sb = _pack_rows(p1.blocks, src, 0, R)
+    N2 = p2.N
+    y = np.empty((R, N2), dtype=_F32)
+    y1 = np.empty((R, N2), dtype=_F32)
+    parts = []
+    for t, part in enumerate(spans):
+        c0 = part[0][0]
+        n = part[-1][0] + part[-1][1] - c0
+        blk = np.empty((R, n), dtype=_F32)
+        parts.append((part, p1, R, sb, blk, c1, c0, epilogue, c0 // p2.Q, -(-(c0 + n) // p2.Q), p2,
+                      y if t == 0 else y1, _bias_vector(c2, N2) if t == 0 else None))
+    if not _run_shared(_ff_part, parts):
+        return None
+    y += y1
+    return y
+
+
 def out_pitch(N: int) -> int:
     """A row pitch for a product's (rows, N) result that the caller keeps to itself: N, or N + 16 when N floats are
     a multiple of 4 KiB (rows that many bytes apart map to the same cache sets, and the kernel's stores to a block's

@@ -24,7 +24,8 @@ from .conv import conv as _conv
 from .linalg import _gemm, _matmul_bias_generic, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
-from .tensor import _concat
+from ._shape_util import to_ints
+from .tensor import _concat, _reshape_target
 
 
 def _up(x: np.ndarray) -> np.ndarray:
@@ -152,11 +153,37 @@ def _matmul_bias_gelu_specialize(consts, kwargs):
 matmul_bias_gelu.specialize = _matmul_bias_gelu_specialize
 
 
+_FF_ACTIVATIONS = ("gelu", "gelu_tanh")
+
+
+def _ff_activation(activation) -> bool:
+    """True for FeedForward's tanh-approximated GELU (FastGelu), False for the exact one; ValueError otherwise."""
+    act = activation.decode() if isinstance(activation, bytes) else str(activation)
+    if act not in _FF_ACTIVATIONS:
+        raise ValueError(f"FeedForward: activation must be one of {_FF_ACTIVATIONS}, got {act!r}")
+    return act == "gelu_tanh"
+
+
+def _check_view(rows: int, F: int, view_shape, allowzero) -> None:
+    """The Reshape FeedForwardTanhFusion removed (the first product's (rows, F) result viewed as ``view_shape``
+    before the GELU) raises what it would have raised for this input."""
+    if view_shape is not None:
+        _reshape_target(np.broadcast_to(np.float32(0), (rows, F)), to_ints(view_shape, "shape"), int(allowzero))
+
+
 @kernel("FeedForward", domain="ai.onnxpy")
-def feed_forward(A, W1, b1, W2, b2):
+def feed_forward(A, W1, b1, W2, b2, view_shape=None, *, activation="gelu", view_allowzero=0):
     """MatMulBias(MatMulBiasGelu(A, W1, b1), W2, b2): a transformer's feed-forward block (written by the level-99
-    FeedForwardFusion, optimizer/fusions.py).  Exactly the two ops in sequence; the float32 plan-time form runs
-    the block on transposed activations (see ``_feed_forward_specialize``)."""
+    FeedForwardFusion, optimizer/fusions.py); with ``activation="gelu_tanh"`` the GELU is FastGelu's tanh
+    approximation (FeedForwardTanhFusion: GPT-2's MLP, whose first product the graph viewed as ``view_shape``
+    before the GELU: that Reshape's errors are kept).  Exactly the ops in sequence; the float32 plan-time form runs
+    the block on packed weights (see ``_feed_forward_specialize``)."""
+    if view_shape is not None:
+        _check_view(int(np.prod(np.shape(A)[:-1], dtype=np.int64)), np.shape(W1)[-1], view_shape, view_allowzero)
+    if _ff_activation(activation):
+        h = _matmul_bias_generic(A, W1, b1)
+        h = _gelu(h, None, "FastGelu", True, (0,) if isinstance(h, np.ndarray) and h.flags.writeable else ())
+        return _matmul_bias_generic(h, W2, b2)
     return _matmul_bias_generic(_matmul_bias_gelu_generic(A, W1, b1), W2, b2)
 
 
@@ -167,11 +194,19 @@ FF_SPLIT = True
 # ... and the second product split by depth over those blocks, each thread multiplying its own block into all outputs
 # (``_packed.matmul_ksplit``; test and measurement hook)
 FF_KSPLIT = True
+FF_ONE = True
 
 
 def _gelu_in_place(block: np.ndarray) -> None:
     flat = block.reshape(-1)
     _fast._gelu_part(0, flat.size, flat, flat)
+
+
+def _gelu_tanh_in_place(block: np.ndarray) -> None:
+    flat = block.reshape(-1)
+    for i in range(0, flat.size, _GELU_BLOCK):
+        part = flat[i:i + _GELU_BLOCK]
+        _gelu_tanh_block(part, part)
 
 
 def _feed_forward_specialize(consts, kwargs):
@@ -180,8 +215,11 @@ def _feed_forward_specialize(consts, kwargs):
     transformer shapes, and the wide intermediate h (rows x 3072 in BERT-base) is never transposed back: only x
     (rows x 768) is transposed going in, and y coming out in the pass that adds b2.  The weights are Fortran-ordered
     at level 99 (optimizer ``_fortran_weights``), so W^T is their C-contiguous view (no copy)."""
-    if len(consts) != 5 or any(not isinstance(c, np.ndarray) for c in consts[1:]):
+    if len(consts) not in (5, 6) or any(not isinstance(c, np.ndarray) for c in consts[1:5]):
         return None
+    tanh = _ff_activation(kwargs.get("activation", "gelu"))
+    allowzero = kwargs.get("view_allowzero", 0)
+    epilogue = _gelu_tanh_in_place if tanh else _gelu_in_place
     _, w1, c1, w2, c2 = consts
     if (any(c.dtype != _F32 for c in (w1, c1, w2, c2)) or w1.ndim != 2 or w2.ndim != 2 or c1.shape != (w1.shape[1],)
             or c2.shape != (w2.shape[1],) or w2.shape[0] != w1.shape[1]):
@@ -196,17 +234,26 @@ def _feed_forward_specialize(consts, kwargs):
         def run_packed(A, *rest):
             if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != H1 or A.size == 0 or (
                     rest[1] is not c1 or rest[3] is not c2):
-                return feed_forward(A, *[_packed.real(r) for r in rest])
+                return feed_forward(A, *[_packed.real(r) for r in rest], **kwargs)
             rows = A.size // H1
+            if len(rest) > 4:
+                _check_view(rows, p1.N, rest[4], allowzero)
             a2 = A.reshape(rows, H1)
+            if FF_ONE and FF_SPLIT and FF_KSPLIT:
+                y = _packed.matmul_chain(a2, p1, c1, epilogue, p2, c2)
+                if y is not None:
+                    return y.reshape(A.shape[:-1] + (H2,))
             # the intermediate as the threads' column blocks, each GELU'd by its own thread right after its product
-            pieces = _packed.matmul_split(a2, p1, c1, _gelu_in_place, p2.Q) if FF_SPLIT else None
+            pieces = _packed.matmul_split(a2, p1, c1, epilogue, p2.Q) if FF_SPLIT else None
             if pieces is None:
                 hb = np.empty((rows, ld), _F32)
                 if ld > F:
                     hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
                 h = _packed.matmul(a2, p1, c1, out=hb)
-                _fast.gelu_erf32(hb, hb)
+                if tanh:
+                    _gelu(hb, None, "FastGelu", True, (0,))
+                else:
+                    _fast.gelu_erf32(hb, hb)
                 # (the helpers were busy: the second product still sums in the split's order, so that a run's
                 # result does not depend on whether another run held the helpers)
                 cut = _packed.split_cut(rows, p1, p2.Q) if FF_SPLIT and FF_KSPLIT else None
@@ -229,12 +276,17 @@ def _feed_forward_specialize(consts, kwargs):
     def run(A, *rest):
         if type(A) is not np.ndarray or A.dtype != _F32 or A.ndim < 2 or A.shape[-1] != H or A.size == 0 or (
                 rest[0] is not w1 or rest[1] is not c1 or rest[2] is not w2 or rest[3] is not c2):
-            return feed_forward(A, *rest)
+            return feed_forward(A, *rest, **kwargs)
         rows = A.size // H
+        if len(rest) > 4:
+            _check_view(rows, w1.shape[1], rest[4], allowzero)
         xt = np.ascontiguousarray(A.reshape(rows, H).T)  # (H, rows)
         ht = np.matmul(w1t, xt)  # (F, rows)
         ht += c1col
-        _fast.gelu_erf32(ht, ht)
+        if tanh:
+            _gelu(ht, None, "FastGelu", True, (0,))
+        else:
+            _fast.gelu_erf32(ht, ht)
         yt = np.matmul(w2t, ht)  # (H2, rows)
         out = np.empty((rows, H2), _F32)
         np.add(yt.T, c2, out=out)

@@ -430,8 +430,87 @@ class FeedForwardFusion(AnchoredFusion):
         return new, [up, mb]
 
 
+def _gemm_plain(n, g) -> bool:
+    """A Gemm that is ``A @ B (+ C)`` with a constant 2-D float32 B and a constant C of B's width (or none)."""
+    if not _is(n, "Gemm") or len(n.outputs) != 1 or n.inputs[0] in g.initializers:
+        return False
+    a = n.attrs
+    if float(a.get("alpha", 1.0)) != 1.0 or float(a.get("beta", 1.0)) != 1.0 or a.get("transA", 0) \
+            or a.get("transB", 0):
+        return False
+    w = g.initializers.get(n.inputs[1])
+    if not isinstance(w, np.ndarray) or w.dtype != np.float32 or w.ndim != 2:
+        return False
+    c = g.initializers.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+    if len(n.inputs) > 2 and n.inputs[2] and not (
+            isinstance(c, np.ndarray) and c.dtype == np.float32 and c.size == w.shape[1] and c.ndim <= 2
+            and c.shape[-1] == w.shape[1]):
+        return False
+    return True
+
+
+class FeedForwardTanhFusion(AnchoredFusion):
+    """Gemm -> Reshape -> FastGelu -> Reshape -> Gemm (GPT-2's MLP as PyTorch's Conv1D exports it: 2-D products on
+    the flattened rows, the GELU between them on the [batch, seq, hidden] view) -> ai.onnxpy.FeedForward with
+    ``activation="gelu_tanh"`` (level 99, float32 constant weights).  The Reshapes go: the second one must turn the
+    GELU's output back into the first product's 2-D shape (a constant target [-1 or rows, F]), FastGelu is
+    element-wise, and the first Reshape's target becomes the node's sixth input (checked, not applied: an input the
+    original Reshape rejects is still rejected).  A missing bias becomes zeros; FastGelu's own bias is added to the
+    first product's."""
+
+    name = "FeedForwardTanhFusion"
+    level = 99
+    anchor = "Gemm"
+
+    def match(self, g2, m, g, ctx):
+        if _saving(ctx) or not _gemm_plain(g2, g):
+            return None
+        r2 = m.producer(g2.inputs[0])
+        if not _is(r2, "Reshape") or not m.single_use(g2.inputs[0]):
+            return None
+        act = m.producer(r2.inputs[0])
+        if act is None or act.op_type != "FastGelu" or act.domain != MS or not m.single_use(r2.inputs[0]):
+            return None
+        r1 = m.producer(act.inputs[0])
+        if not _is(r1, "Reshape") or len(r1.inputs) < 2 or not r1.inputs[1] or not m.single_use(act.inputs[0]):
+            return None
+        g1 = m.producer(r1.inputs[0])
+        if g1 is None or not _gemm_plain(g1, g) or not m.single_use(r1.inputs[0]):
+            return None
+        w1, w2 = g.initializers[g1.inputs[1]], g.initializers[g2.inputs[1]]
+        F = w1.shape[1]
+        tgt = g.initializers.get(r2.inputs[1])
+        if w2.shape[0] != F or not isinstance(tgt, np.ndarray) or tgt.size != 2 or int(tgt.reshape(-1)[1]) != F \
+                or int(tgt.reshape(-1)[0]) == 0:  # (no 0 in the target: allowzero does not matter)
+            return None
+        fb = None
+        if len(act.inputs) > 1 and act.inputs[1]:
+            fb = g.initializers.get(act.inputs[1])
+            if not isinstance(fb, np.ndarray) or fb.dtype != np.float32 or fb.shape != (F,):
+                return None
+        biases = []
+        for n, extra in ((g1, fb), (g2, None)):
+            N = g.initializers[n.inputs[1]].shape[1]
+            c = g.initializers.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+            if c is not None and extra is None and c.shape == (N,):
+                biases.append(n.inputs[2])
+                continue
+            v = np.zeros(N, np.float32) if c is None else np.array(c, np.float32).reshape(N)
+            if extra is not None:
+                v = v + extra
+            name = ctx.fresh(f"{n.name or 'gemm'}_bias")
+            g.initializers[name] = v
+            biases.append(name)
+        # (the first Reshape's target goes along: the kernel raises what that Reshape would have raised)
+        new = Node("FeedForward", "ai.onnxpy",
+                   [g1.inputs[0], g1.inputs[1], biases[0], g2.inputs[1], biases[1], r1.inputs[1]], [g2.outputs[0]],
+                   {"activation": "gelu_tanh", "view_allowzero": int(r1.attrs.get("allowzero", 0))},
+                   name=ctx.fresh("FeedForward"))
+        return new, [g1, r1, act, r2, g2]
+
+
 FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion(), MatMulBiasFusion(),
-                       MatMulBiasGeluFusion(), FeedForwardFusion()]
+                       MatMulBiasGeluFusion(), FeedForwardFusion(), FeedForwardTanhFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
 __all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "SweepPass", "np"]

@@ -790,6 +790,38 @@ def test_matmul_ksplit(R, K, N):
     np.testing.assert_array_equal(_packed.matmul_ksplit([(0, x[:, :cut]), (cut, x[:, cut:])], pw, b), got)
 
 
+@pytest.mark.parametrize("R,K,F,N", [(128, 768, 3072, 768), (64, 384, 1536, 384), (20, 300, 1536, 500)])
+def test_matmul_chain(R, K, F, N):
+    """Both products of a feed-forward block in one parallel region: each thread's column block of the first product,
+    its epilogue and its depth share of the second -- the same bits as matmul_split then matmul_ksplit (the partial
+    sums added in the same order), the epilogue once per block on the thread that wrote it; declined where the split
+    does not apply or the helpers are busy."""
+    _two_threads()
+    w1 = (RNG.standard_normal((K, F)) * 0.05).astype(np.float32)
+    w2 = (RNG.standard_normal((F, N)) * 0.05).astype(np.float32)
+    c1 = RNG.standard_normal(F).astype(np.float32)
+    c2 = RNG.standard_normal(N).astype(np.float32)
+    x = RNG.standard_normal((R, K)).astype(np.float32)
+    p1, p2 = _packed.PackedWeight(w1), _packed.PackedWeight(w2)
+    seen = []
+
+    def epi(blk):
+        seen.append((threading.get_ident(), blk.shape))
+        np.tanh(blk, out=blk)
+
+    got = _packed.matmul_chain(x, p1, c1, epi, p2, c2)
+    assert got is not None and got.shape == (R, N)
+    assert len({t for t, _ in seen}) == 2 and sum(s[1] for _, s in seen) == F
+    pieces = _packed.matmul_split(x, p1, c1, lambda b: np.tanh(b, out=b), p2.Q)
+    np.testing.assert_array_equal(got, _packed.matmul_ksplit(pieces, p2, c2))
+    want = np.tanh(x.astype(np.float64) @ w1 + c1) @ w2 + c2
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with _packed._pool_acquire:  # another product holds the helpers
+        assert _packed.matmul_chain(x, p1, c1, epi, p2, c2) is None
+    assert _packed.matmul_chain(x[:8].copy(), p1, c1, epi, p2, c2) is None  # few rows: no split
+    assert _packed.matmul_chain(x, p1, c1, epi, _packed.PackedWeight(w2[:-1].copy()), c2) is None  # F mismatch
+
+
 @pytest.mark.parametrize("ksplit", [False, True])
 def test_feed_forward_split_intermediate(monkeypatch, ksplit):
     """FeedForward with its intermediate as the threads' GELU'd column blocks: what the one-buffer route gives
@@ -804,12 +836,16 @@ def test_feed_forward_split_intermediate(monkeypatch, ksplit):
     c2 = RNG.standard_normal(384).astype(np.float32)
     x = RNG.standard_normal((1, 128, 384)).astype(np.float32)
     run = contrib_fused._feed_forward_specialize([None, w1, c1, w2, c2], {})
+    one = run(x, None, c1, None, c2)  # (both products in one parallel region: the split route's bits)
+    monkeypatch.setattr(contrib_fused, "FF_ONE", False)
     calls = []
     orig = _packed.matmul_split
     monkeypatch.setattr(_packed, "matmul_split", lambda *a, **k: calls.append(1) or orig(*a, **k))
     monkeypatch.setattr(contrib_fused, "FF_KSPLIT", ksplit)
     got = run(x, None, c1, None, c2)
     assert calls
+    if ksplit:
+        np.testing.assert_array_equal(one, got)
     monkeypatch.setattr(contrib_fused, "FF_SPLIT", False)
     want = run(x, None, c1, None, c2)
     if ksplit:

@@ -676,3 +676,106 @@ def test_attention_key_sums_as_products_with_ones(dtype):
     assert got.shape == want.shape == (2, 3, 1, 17) and got.dtype == st.dtype
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
     assert np.isnan(got[0, 1, 0, 2]) and np.isposinf(got[1, 2, 0, 3])
+
+
+# ------------------------------------------------- FeedForward with FastGelu (GPT-2's MLP as Conv1D exports it)
+def _gpt2_mlp_model(h=32, f=128, rows=(2, 7), biases=(True, True), gelu_bias=False, target=(-1, None),
+                    allowzero=1, trans_b=0, extra_reader=False, view=None):
+    r = _rng(21)
+    w1 = (r.standard_normal((f, h) if trans_b else (h, f)) * 0.2).astype(np.float32)
+    w2 = (r.standard_normal((h, f) if trans_b else (f, h)) * 0.2).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+             numpy_helper.from_array(np.array(view or rows + (f,), np.int64), "s3"),
+             numpy_helper.from_array(np.array([t if t is not None else f for t in target], np.int64), "s2")]
+    g1_in, g2_in = ["x", "w1"], ["h2", "w2"]
+    for i, (on, n, ins) in enumerate(((biases[0], f, g1_in), (biases[1], h, g2_in))):
+        if on:
+            inits.append(numpy_helper.from_array(r.standard_normal(n).astype(np.float32), f"c{i}"))
+            ins.append(f"c{i}")
+    gelu_in = ["g3"]
+    if gelu_bias:
+        inits.append(numpy_helper.from_array(r.standard_normal(f).astype(np.float32), "fb"))
+        gelu_in.append("fb")
+    nodes = [helper.make_node("Gemm", g1_in, ["g"], transB=trans_b),
+             helper.make_node("Reshape", ["g", "s3"], ["g3"], allowzero=allowzero),
+             helper.make_node("FastGelu", gelu_in, ["a3"], domain=MS),
+             helper.make_node("Reshape", ["a3", "s2"], ["h2"], allowzero=allowzero),
+             helper.make_node("Gemm", g2_in, ["y"], transB=trans_b)]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("a3", TensorProto.FLOAT, None))
+    n = rows[0] * rows[1]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, h])], outs,
+                              inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    return m.SerializeToString(), {"x": _rng(22).standard_normal((n, h)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("biases,gelu_bias", [((True, True), False), ((False, False), False), ((True, False), True),
+                                              ((False, True), True)])
+@pytest.mark.parametrize("rows", [(2, 7), (1, 128)])
+def test_feed_forward_tanh_fusion_vs_unfused_and_ort(biases, gelu_bias, rows):
+    """Gemm -> Reshape -> FastGelu -> Reshape -> Gemm becomes one FeedForward(activation="gelu_tanh"): the
+    unfused graph's results (and onnxruntime's) with missing biases as zeros and FastGelu's bias folded in."""
+    mb, feeds = _gpt2_mlp_model(rows=rows, biases=biases, gelu_bias=gelu_bias, h=64 if rows[1] > 100 else 32,
+                                f=768 if rows[1] > 100 else 128)
+    got, s = _py(mb, feeds)
+    ops = _op_types(s)
+    assert ops.count("FeedForward") == 1 and "FastGelu" not in ops and "Gemm" not in ops
+    want, s0 = _py(mb, feeds, disabled=("FeedForwardTanhFusion",))
+    assert "FeedForward" not in _op_types(s0)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["target", "zero_target", "trans_b", "extra_reader"])
+def test_feed_forward_tanh_fusion_guards(case):
+    kw = {"target": dict(target=(-1, 64)), "zero_target": dict(target=(0, None), allowzero=0, rows=(14, 1)),
+          "trans_b": dict(trans_b=1), "extra_reader": dict(extra_reader=True)}[case]
+    mb, feeds = _gpt2_mlp_model(**kw)
+    if case == "target":  # the second Reshape does not give back the first product's rows x 128: an error either way
+        with pytest.raises(Exception, match="Gemm|MatMul|inner|dimension"):
+            _py(mb, feeds)
+        return
+    got, s = _py(mb, feeds)
+    assert "FeedForward" not in _op_types(s)
+    for g_, e_ in zip(got, _ort(mb, feeds)):
+        np.testing.assert_allclose(g_, e_, rtol=1e-4, atol=1e-4)
+
+
+def test_feed_forward_activation_attribute():
+    w1, b1, w2, b2 = _ffn_weights()
+    a = (_rng(5).standard_normal((6, 24)) * 2).astype(np.float32)
+    h = a.astype(np.float64) @ w1 + b1
+    want = (0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))) @ w2 + b2
+    np.testing.assert_allclose(cf.feed_forward(a, w1, b1, w2, b2, activation="gelu_tanh"), want, rtol=1e-5,
+                               atol=1e-5)
+    run = cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2), {"activation": b"gelu_tanh"})
+    np.testing.assert_allclose(run(a, w1, b1, w2, b2), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="activation"):
+        cf.feed_forward(a, w1, b1, w2, b2, activation="relu")
+    with pytest.raises(ValueError, match="activation"):
+        cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2), {"activation": "swish"})
+    # the removed Reshape's target is checked, not applied
+    v = np.array([2, 3, 40], np.int64)
+    np.testing.assert_allclose(run(a, w1, b1, w2, b2, v), want, rtol=1e-5, atol=1e-5)
+    for bad in (np.array([4, 4, 40], np.int64), np.array([-1, 7], np.int64)):
+        with pytest.raises(ValueError, match="Reshape"):
+            run(a, w1, b1, w2, b2, bad)
+        with pytest.raises(ValueError, match="Reshape"):
+            cf.feed_forward(a, w1, b1, w2, b2, bad, activation="gelu_tanh")
+
+
+@pytest.mark.parametrize("rows", [(2, 7), (1, 128)])
+def test_feed_forward_tanh_fusion_keeps_the_view_error(rows):
+    """A first Reshape the input does not fit raises in the fused graph as in the unfused one."""
+    big = rows[1] > 100
+    mb, feeds = _gpt2_mlp_model(rows=rows, view=(3, 5, 768 if big else 128), h=64 if big else 32, f=768 if big else 128)
+    so = onnxpy.SessionOptions()
+    s = onnxpy.InferenceSession(mb, so)
+    assert "FeedForward" in _op_types(s)
+    with pytest.raises(Exception, match="cannot be reshaped"):
+        s.run(None, feeds)
+    s1 = onnxpy.InferenceSession(mb, so, disabled_optimizers=["FeedForwardTanhFusion"])
+    with pytest.raises(Exception, match="cannot be reshaped"):
+        s1.run(None, feeds)
