@@ -186,7 +186,7 @@ class PackedWeight:
 
     __slots__ = ("K", "N", "P", "Q", "buf", "blocks", "__weakref__")
 
-    def __init__(self, w: np.ndarray):
+    def __init__(self, w: np.ndarray, Q: int | None = None):
         K, N = w.shape
         if w.flags.f_contiguous and not w.flags.c_contiguous and w.dtype == _F32:
             # (the level-99 layout of transformer weights: w.T is C-contiguous, packed as OpenBLAS packs a
@@ -200,7 +200,7 @@ class PackedWeight:
 
             def copy(kb, mb, m0, k0, addr):
                 itcopy(kb, mb, src.ctypes.data + 4 * (m0 + k0 * N), N, addr)
-        P, Q = _P, _Q
+        P, Q = _P, Q or _Q  # (a smaller depth block: each thread of a depth split owns whole blocks)
         depths = [min(Q, K - k0) for k0 in range(0, K, Q)]
         sizes = [-(-(N * kb + 64) // 16) * 16 for kb in depths]
         self.buf = buf = _aligned(sum(sizes))
@@ -778,28 +778,29 @@ def will_pack(b) -> bool:
     return _eligible(b) and not getattr(_local, "off", False) and available()
 
 
-def pack(b, transposed: bool = False) -> PackedWeight | None:
+def pack(b, transposed: bool = False, depth: int | None = None) -> PackedWeight | None:
     """The packed form of the constant ``b`` (``b.T`` when ``transposed``) as a (K, N) weight, made once per array
     (and shared with its stand-in); None when packing is off or not worth it (not a finite float32 matrix of at
-    least ``_MIN_ELEMENTS`` elements)."""
+    least ``_MIN_ELEMENTS`` elements).  ``depth``: its depth blocks (``_Q`` by default)."""
     if not _eligible(b):
         return None
     table = _entry(b)
     if getattr(_local, "off", False) and not (table and table.get("standin")):
         return None
-    if table is not None and transposed in table:
-        return table[transposed]
+    key = transposed if depth is None or depth == _Q else (transposed, int(depth))
+    if table is not None and key in table:
+        return table[key]
     if table is not None and table.get("standin"):  # a stand-in asked for the other orientation: from the real one
         src = real(b)
     else:
         src = b
     if not available() or not np.isfinite(src).all():
         return None
-    pw = PackedWeight(src.T if transposed else src)
+    pw = PackedWeight(src.T if transposed else src, depth)
     if table is None:
         table = {}
         _remember(b, table)
-    table[transposed] = pw
+    table[key] = pw
     return pw
 
 
@@ -840,6 +841,8 @@ def real(a):
     if not is_standin(a):
         return a
     table = _entry(a)
-    if False in table:
-        return _unpack(table[False])
-    return np.ascontiguousarray(_unpack(table[True]).T)
+    for key, pw in table.items():  # (any packed form: plain ones first, as the table lists them)
+        if isinstance(pw, PackedWeight):
+            transposed = key[0] if isinstance(key, tuple) else key
+            return np.ascontiguousarray(_unpack(pw).T) if transposed else _unpack(pw)
+    raise ValueError("packed weight stand-in without a packed form")

@@ -509,8 +509,137 @@ class FeedForwardTanhFusion(AnchoredFusion):
         return new, [g1, r1, act, r2, g2]
 
 
+def _projection(n, g):
+    """(weight name, bias name or None, was it a Gemm) for a float32 MatMulBias / plain Gemm with a constant 2-D
+    weight and a constant 1-D bias of its width (or none), else None."""
+    if n is None or len(n.outputs) != 1:
+        return None
+    if n.op_type == "MatMulBias" and n.domain == "ai.onnxpy" and len(n.inputs) == 3:
+        w, b = g.initializers.get(n.inputs[1]), g.initializers.get(n.inputs[2])
+        if (isinstance(w, np.ndarray) and isinstance(b, np.ndarray) and w.dtype == np.float32 and w.ndim == 2
+                and b.shape == (w.shape[1],) and b.dtype == np.float32):
+            return n.inputs[1], n.inputs[2], False
+        return None
+    if _gemm_plain(n, g):
+        c = n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None
+        return n.inputs[1], c, True
+    return None
+
+
+def _reshapes_back(m, name):
+    """(the single-use Reshapes (shape given as an input) producing ``name``, in order, the value they start from)."""
+    chain = []
+    while True:
+        n = m.producer(name)
+        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1] and m.single_use(n.outputs[0])):
+            return chain[::-1], name
+        chain.append(n)
+        name = n.inputs[0]
+
+
+def _targets_of(chain):
+    return [n.inputs[1] for n in chain], [int(n.attrs.get("allowzero", 0)) for n in chain]
+
+
+class AttentionBlockFusion(AnchoredFusion):
+    """Self-attention from its input projection to its output projection -> ai.onnxpy.AttentionBlock (level 99,
+    float32 constant projections; see ops/attention_block.py):
+
+        MatMulBias|Gemm -> Reshape* -> Split(3) -> Reshape* (q, k, v alike) -> MultiHeadAttention -> Reshape*
+        -> MatMulBias|Gemm
+
+    The Reshapes' shape inputs go along (the kernel replays them on shapes: their errors stand).  Only attention
+    without a bias input, past keys/values or other outputs; every intermediate read once."""
+
+    name = "AttentionBlockFusion"
+    level = 99
+    anchor = "MultiHeadAttention"
+    anchor_domain = MS
+    _ATTRS = {"num_heads", "scale", "mask_filter_value", "unidirectional"}
+
+    def match(self, mha, m, g, ctx):
+        if _saving(ctx) or len(mha.outputs) != 1 or not mha.outputs[0] or len(mha.inputs) > 6:
+            return None
+        ins = list(mha.inputs) + [""] * (6 - len(mha.inputs))
+        if not all(ins[:3]) or ins[3] or set(mha.attrs) - self._ATTRS or "num_heads" not in mha.attrs:
+            return None
+        chains = []
+        for x in ins[:3]:
+            if not m.single_use(x):
+                return None
+            chain, start = _reshapes_back(m, x)
+            chains.append((chain, start))
+        split = m.producer(chains[0][1])
+        if not _is(split, "Split") or len(split.outputs) != 3 or [c[1] for c in chains] != list(split.outputs):
+            return None
+        mid = _targets_of(chains[0][0])
+        if any(_targets_of(c[0])[1] != mid[1] for c in chains[1:]) or any(not m.single_use(o) for o in split.outputs):
+            return None  # (q, k and v reshaped alike: the same number of Reshapes, the same allowzero flags)
+        size = self._split_size(split, g)
+        if size is None or not m.single_use(split.inputs[0]):
+            return None
+        pre_chain, src = _reshapes_back(m, split.inputs[0])
+        p1 = m.producer(src)
+        got1 = _projection(p1, g)
+        if got1 is None or not m.single_use(src) or p1.inputs[0] in g.initializers:
+            return None
+        cons = m.cons.get(mha.outputs[0], [])
+        if len(cons) != 1 or not m.single_use(mha.outputs[0]):
+            return None
+        post_chain, end = [], mha.outputs[0]
+        n = cons[0]
+        while _is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[0] == end and n.inputs[1]:
+            post_chain.append(n)
+            end = n.outputs[0]
+            nxt = m.cons.get(end, [])
+            if len(nxt) != 1 or not m.single_use(end):
+                return None
+            n = nxt[0]
+        got2 = _projection(n, g)
+        if got2 is None or n.inputs[0] != end:
+            return None
+        p2 = n
+        w1, w2 = g.initializers[got1[0]], g.initializers[got2[0]]
+        if w1.shape[1] % 3 or w2.shape[0] != w1.shape[1] // 3:
+            return None
+        biases = []
+        for (_, bname, _), w in ((got1, w1), (got2, w2)):
+            if bname is not None and g.initializers[bname].shape == (w.shape[1],):
+                biases.append(bname)
+                continue
+            v = (np.zeros(w.shape[1], np.float32) if bname is None
+                 else np.array(g.initializers[bname], np.float32).reshape(w.shape[1]))
+            bname = ctx.fresh("attention_block_bias")
+            g.initializers[bname] = v
+            biases.append(bname)
+        pre, post = _targets_of(pre_chain), _targets_of(post_chain)
+        attrs = {k: v for k, v in mha.attrs.items()}
+        attrs.update(split_axis=int(split.attrs.get("axis", 0)), split_size=size, pre_allowzero=pre[1],
+                     mid_allowzero=mid[1], post_allowzero=post[1], proj_2d=[int(got1[2]), int(got2[2])])
+        mids = [t for c in chains for t in _targets_of(c[0])[0]]
+        inputs = [p1.inputs[0], got1[0], biases[0], got2[0], biases[1], ins[4], ins[5]] + pre[0] + mids + post[0]
+        new = Node("AttentionBlock", "ai.onnxpy", inputs, [p2.outputs[0]], attrs, name=ctx.fresh("AttentionBlock"))
+        matched = [p1, *pre_chain, split, *(n for c in chains for n in c[0]), mha, *post_chain, p2]
+        return new, matched
+
+    @staticmethod
+    def _split_size(split, g):
+        """The Split's part size (0: three equal parts), or None for uneven or unknown parts."""
+        sizes = None
+        if len(split.inputs) > 1 and split.inputs[1]:
+            v = g.initializers.get(split.inputs[1])
+            if not isinstance(v, np.ndarray):
+                return None
+            sizes = [int(s) for s in v.reshape(-1)]
+        elif "split" in split.attrs:
+            sizes = [int(s) for s in split.attrs["split"]]
+        if sizes is None:
+            return 0 if split.attrs.get("num_outputs", 3) == 3 else None
+        return sizes[0] if len(sizes) == 3 and sizes[0] == sizes[1] == sizes[2] and sizes[0] > 0 else None
+
+
 FUSION_PASSES: list = [GeluFusion(), BiasGeluFusion(), SkipLayerNormFusion(), MatMulBiasFusion(),
-                       MatMulBiasGeluFusion(), FeedForwardFusion(), FeedForwardTanhFusion()]
+                       MatMulBiasGeluFusion(), FeedForwardFusion(), FeedForwardTanhFusion(), AttentionBlockFusion()]
 BASIC_FUSIONS: list = [LayerNormFusion(), MatMulAddFusion()]
 
 __all__ = ["FUSION_PASSES", "BASIC_FUSIONS", "AnchoredFusion", "SweepPass", "np"]
