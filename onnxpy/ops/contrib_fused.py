@@ -220,7 +220,7 @@ def _feed_forward_specialize(consts, kwargs):
     tanh = _ff_activation(kwargs.get("activation", "gelu"))
     allowzero = kwargs.get("view_allowzero", 0)
     epilogue = _gelu_tanh_in_place if tanh else _gelu_in_place
-    _, w1, c1, w2, c2 = consts
+    _, w1, c1, w2, c2 = consts[:5]
     if (any(c.dtype != _F32 for c in (w1, c1, w2, c2)) or w1.ndim != 2 or w2.ndim != 2 or c1.shape != (w1.shape[1],)
             or c2.shape != (w2.shape[1],) or w2.shape[0] != w1.shape[1]):
         return None

@@ -104,6 +104,9 @@ def test_attention_block_vs_unfused_and_ort(kind):
     mb, feeds = _model(**kw)
     s = _sess(mb)
     assert _ops(s).count("AttentionBlock") == 1 and "MultiHeadAttention" not in _ops(s)
+    step = next(st for st in s._plan.steps if st.node.op_type == "AttentionBlock")
+    if _packed.available():
+        assert getattr(step.fn, "__name__", "") == "run"  # the plan-time form
     got = s.run(None, feeds)[0]
     s0 = _sess(mb, ("AttentionBlockFusion",))
     assert "AttentionBlock" not in _ops(s0)

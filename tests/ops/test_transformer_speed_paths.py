@@ -722,6 +722,8 @@ def test_feed_forward_tanh_fusion_vs_unfused_and_ort(biases, gelu_bias, rows):
     got, s = _py(mb, feeds)
     ops = _op_types(s)
     assert ops.count("FeedForward") == 1 and "FastGelu" not in ops and "Gemm" not in ops
+    step = next(st for st in s._plan.steps if st.node.op_type == "FeedForward")
+    assert callable(step.fn) and getattr(step.fn, "__name__", "") in ("run", "run_packed")  # the plan-time form
     want, s0 = _py(mb, feeds, disabled=("FeedForwardTanhFusion",))
     assert "FeedForward" not in _op_types(s0)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
@@ -756,7 +758,8 @@ def test_feed_forward_activation_attribute():
         cf.feed_forward(a, w1, b1, w2, b2, activation="relu")
     with pytest.raises(ValueError, match="activation"):
         cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2), {"activation": "swish"})
-    # the removed Reshape's target is checked, not applied
+    # the removed Reshape's target is checked, not applied (its sixth input: the plan-time form still applies)
+    assert cf.feed_forward.specialize((NOT_CONST, w1, b1, w2, b2, NOT_CONST), {"activation": "gelu_tanh"}) is not None
     v = np.array([2, 3, 40], np.int64)
     np.testing.assert_allclose(run(a, w1, b1, w2, b2, v), want, rtol=1e-5, atol=1e-5)
     for bad in (np.array([4, 4, 40], np.int64), np.array([-1, 7], np.int64)):
