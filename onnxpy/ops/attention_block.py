@@ -36,11 +36,25 @@ from .tensor import _reshape_target
 _OP = "AttentionBlock"
 
 
+_REPLAYS: dict = {}  # (shape, targets' values, allowzero flags) -> the resulting shape
+_REPLAYS_MAX = 256
+
+
 def _replay(shape, targets, allowzero) -> tuple:
-    """The shape a chain of Reshapes (their shape inputs and allowzero flags) makes of ``shape``; their errors."""
-    for t, az in zip(targets, allowzero):
-        shape = tuple(_reshape_target(np.broadcast_to(np.float32(0), shape), to_ints(t, "shape"), int(az)))
-    return shape
+    """The shape a chain of Reshapes (their shape inputs and allowzero flags) makes of ``shape``; their errors.
+    Memoised: a run replays the same few chains (~20 us each otherwise)."""
+    if not targets:
+        return tuple(shape)
+    key = (tuple(shape), tuple(tuple(to_ints(t, "shape")) for t in targets), tuple(allowzero))
+    got = _REPLAYS.get(key)
+    if got is None:
+        got = tuple(shape)
+        for t, az in zip(key[1], allowzero):
+            got = tuple(_reshape_target(np.broadcast_to(np.float32(0), got), list(t), int(az)))
+        if len(_REPLAYS) >= _REPLAYS_MAX:
+            _REPLAYS.clear()
+        _REPLAYS[key] = got
+    return got
 
 
 def _split_part(shape, axis: int, size: int):
