@@ -109,10 +109,19 @@ def _group_shape_chains(steps, raw_steps, const_vals, dynamic, out_slots):
     root_of: dict[int, object] = {}  # slot -> its root slot, or MANY for values of several roots
     chains: dict[int, list[int]] = {}  # root slot -> member step indices
     for i, (_, ins, outs, node, _, _) in enumerate(raw_steps):
-        if node.domain not in ("", "ai.onnx") or not outs or SINK in outs:
+        if not outs or SINK in outs:
             continue
         op = node.op_type
-        if op in _SHAPE_SOURCES and len(ins) == 1 and ins[0] != SINK:
+        if node.domain == "ai.onnxpy" and op == "ShapeOf" and ins and ins[0] != SINK:
+            # (a fused region's Shape reader: its first input's shape replayed along shape inputs of the same chain)
+            root = root_of.get(ins[0], ins[0])
+            if not all(s in root_of or const(s) for s in ins[1:]):
+                continue
+            if {root_of[s] for s in ins[1:] if s in root_of} - {root}:
+                root = _MANY
+        elif node.domain not in ("", "ai.onnx"):
+            continue
+        elif op in _SHAPE_SOURCES and len(ins) == 1 and ins[0] != SINK:
             root = root_of.get(ins[0], ins[0])  # (the shape of a chain value is fixed by the chain's root)
         elif op in _SHAPE_CHAIN_OPS and len(ins) == len(node.inputs):  # (no implicit inputs: no subgraphs)
             roots = {root_of[s] for s in ins if s in root_of}

@@ -233,3 +233,44 @@ def _blas_api():
 
 
 attention_block.specialize = _attention_block_specialize
+
+
+@kernel("ShapeOf", domain="ai.onnxpy")
+def shape_of(X, *targets, path=(), start=0, end=None):
+    """Shape(v) for a value ``v`` inside a fused region (AttentionBlock, FeedForward): ``X``'s shape (the region's
+    input) replayed along ``path``, flat (kind, argument) pairs -- (0, N): a projection to N features (the last
+    dimension becomes N); (1, allowzero): a Reshape to the next of ``targets``; (2, axis) then (3, size): one of the
+    three parts of a Split; (4, Dv): a MultiHeadAttention output ((B, S, Dv) of a (B, S, *) query) -- then sliced as
+    Shape's start/end do.  The Reshapes' errors are raised as those nodes would."""
+    shape = tuple(np.shape(X))
+    steps = list(path)
+    if len(steps) % 2:
+        raise ValueError(f"ShapeOf: path must hold (kind, argument) pairs, got {steps}")
+    ti = 0
+    i = 0
+    while i < len(steps):
+        kind, arg = int(steps[i]), int(steps[i + 1])
+        if kind == 0:
+            if not shape:
+                raise ValueError("ShapeOf: a projection of a 0-D value")
+            shape = shape[:-1] + (arg,)
+        elif kind == 1:
+            if ti >= len(targets):
+                raise ValueError(f"ShapeOf: path names more Reshapes than the {len(targets)} shape inputs")
+            shape = _replay(shape, (targets[ti],), (arg,))
+            ti += 1
+        elif kind == 2:
+            if i + 3 >= len(steps) or int(steps[i + 2]) != 3:
+                raise ValueError("ShapeOf: a Split step (2, axis) must be followed by (3, size)")
+            shape = _split_part(shape, arg, int(steps[i + 3]))[1]
+            i += 2
+        elif kind == 4:
+            if len(shape) != 3:
+                raise ValueError(f"MultiHeadAttention: query must be 3-D (B, S, hidden), got shape {list(shape)}")
+            shape = (shape[0], shape[1], arg)
+        else:
+            raise ValueError(f"ShapeOf: unknown step kind {kind}")
+        i += 2
+    if ti != len(targets):
+        raise ValueError(f"ShapeOf: {len(targets)} shape inputs for {ti} Reshapes")
+    return np.array(shape[slice(int(start), None if end is None else int(end))], dtype=np.int64)

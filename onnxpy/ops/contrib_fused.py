@@ -24,8 +24,7 @@ from .conv import conv as _conv
 from .linalg import _gemm, _matmul_bias_generic, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
-from ._shape_util import to_ints
-from .tensor import _concat, _reshape_target
+from .tensor import _concat
 
 
 def _up(x: np.ndarray) -> np.ndarray:
@@ -164,22 +163,32 @@ def _ff_activation(activation) -> bool:
     return act == "gelu_tanh"
 
 
-def _check_view(rows: int, F: int, view_shape, allowzero) -> None:
-    """The Reshape FeedForwardTanhFusion removed (the first product's (rows, F) result viewed as ``view_shape``
-    before the GELU) raises what it would have raised for this input."""
-    if view_shape is not None:
-        _reshape_target(np.broadcast_to(np.float32(0), (rows, F)), to_ints(view_shape, "shape"), int(allowzero))
+def _check_view(rows: int, F: int, view_shape, allowzero, flat_shape=None, flat_allowzero=0) -> None:
+    """The Reshapes FeedForwardTanhFusion removed -- the first product's (rows, F) result viewed as ``view_shape``
+    before the GELU and that view as ``flat_shape`` after it (None: a constant [-1, F]) -- raise what they would have
+    raised for this input, and the second product's input must come out (rows, F) as its Gemm requires."""
+    if view_shape is None:
+        return
+    from .attention_block import _replay
+
+    shape = _replay((rows, F), (view_shape,), (allowzero,))
+    if flat_shape is not None:
+        flat = _replay(shape, (flat_shape,), (flat_allowzero,))
+        if flat != (rows, F):
+            raise ValueError(f"Gemm: A must be 2-D with {F} columns, got shape {list(flat)}")
 
 
 @kernel("FeedForward", domain="ai.onnxpy")
-def feed_forward(A, W1, b1, W2, b2, view_shape=None, *, activation="gelu", view_allowzero=0):
+def feed_forward(A, W1, b1, W2, b2, view_shape=None, flat_shape=None, *, activation="gelu", view_allowzero=0,
+                 flat_allowzero=0):
     """MatMulBias(MatMulBiasGelu(A, W1, b1), W2, b2): a transformer's feed-forward block (written by the level-99
     FeedForwardFusion, optimizer/fusions.py); with ``activation="gelu_tanh"`` the GELU is FastGelu's tanh
     approximation (FeedForwardTanhFusion: GPT-2's MLP, whose first product the graph viewed as ``view_shape``
     before the GELU: that Reshape's errors are kept).  Exactly the ops in sequence; the float32 plan-time form runs
     the block on packed weights (see ``_feed_forward_specialize``)."""
     if view_shape is not None:
-        _check_view(int(np.prod(np.shape(A)[:-1], dtype=np.int64)), np.shape(W1)[-1], view_shape, view_allowzero)
+        _check_view(int(np.prod(np.shape(A)[:-1], dtype=np.int64)), np.shape(W1)[-1], view_shape, view_allowzero,
+                    flat_shape, flat_allowzero)
     if _ff_activation(activation):
         h = _matmul_bias_generic(A, W1, b1)
         h = _gelu(h, None, "FastGelu", True, (0,) if isinstance(h, np.ndarray) and h.flags.writeable else ())
@@ -215,10 +224,11 @@ def _feed_forward_specialize(consts, kwargs):
     transformer shapes, and the wide intermediate h (rows x 3072 in BERT-base) is never transposed back: only x
     (rows x 768) is transposed going in, and y coming out in the pass that adds b2.  The weights are Fortran-ordered
     at level 99 (optimizer ``_fortran_weights``), so W^T is their C-contiguous view (no copy)."""
-    if len(consts) not in (5, 6) or any(not isinstance(c, np.ndarray) for c in consts[1:5]):
+    if len(consts) not in (5, 6, 7) or any(not isinstance(c, np.ndarray) for c in consts[1:5]):
         return None
     tanh = _ff_activation(kwargs.get("activation", "gelu"))
     allowzero = kwargs.get("view_allowzero", 0)
+    flat_az = kwargs.get("flat_allowzero", 0)
     epilogue = _gelu_tanh_in_place if tanh else _gelu_in_place
     _, w1, c1, w2, c2 = consts[:5]
     if (any(c.dtype != _F32 for c in (w1, c1, w2, c2)) or w1.ndim != 2 or w2.ndim != 2 or c1.shape != (w1.shape[1],)
@@ -237,7 +247,7 @@ def _feed_forward_specialize(consts, kwargs):
                 return feed_forward(A, *[_packed.real(r) for r in rest], **kwargs)
             rows = A.size // H1
             if len(rest) > 4:
-                _check_view(rows, p1.N, rest[4], allowzero)
+                _check_view(rows, p1.N, rest[4], allowzero, rest[5] if len(rest) > 5 else None, flat_az)
             a2 = A.reshape(rows, H1)
             if FF_ONE and FF_SPLIT and FF_KSPLIT:
                 y = _packed.matmul_chain(a2, p1, c1, epilogue, p2, c2)
@@ -279,7 +289,7 @@ def _feed_forward_specialize(consts, kwargs):
             return feed_forward(A, *rest, **kwargs)
         rows = A.size // H
         if len(rest) > 4:
-            _check_view(rows, w1.shape[1], rest[4], allowzero)
+            _check_view(rows, w1.shape[1], rest[4], allowzero, rest[5] if len(rest) > 5 else None, flat_az)
         xt = np.ascontiguousarray(A.reshape(rows, H).T)  # (H, rows)
         ht = np.matmul(w1t, xt)  # (F, rows)
         ht += c1col

@@ -452,11 +452,12 @@ def _gemm_plain(n, g) -> bool:
 class FeedForwardTanhFusion(AnchoredFusion):
     """Gemm -> Reshape -> FastGelu -> Reshape -> Gemm (GPT-2's MLP as PyTorch's Conv1D exports it: 2-D products on
     the flattened rows, the GELU between them on the [batch, seq, hidden] view) -> ai.onnxpy.FeedForward with
-    ``activation="gelu_tanh"`` (level 99, float32 constant weights).  The Reshapes go: the second one must turn the
-    GELU's output back into the first product's 2-D shape (a constant target [-1 or rows, F]), FastGelu is
-    element-wise, and the first Reshape's target becomes the node's sixth input (checked, not applied: an input the
-    original Reshape rejects is still rejected).  A missing bias becomes zeros; FastGelu's own bias is added to the
-    first product's."""
+    ``activation="gelu_tanh"`` (level 99, float32 constant weights).  The Reshapes go: FastGelu is element-wise, the
+    second Reshape must turn the GELU's output back into the first product's 2-D shape (rows, F) -- so its Gemm
+    requires -- and their targets become the node's sixth and seventh inputs (checked, not applied: an input the
+    original Reshapes reject is still rejected; a constant [-1 or rows, F] second target is left out).  Shape nodes
+    reading the values inside (TorchScript exports read the GELU's output shape) become ai.onnxpy.ShapeOf nodes.  A
+    missing bias becomes zeros; FastGelu's own bias is added to the first product's."""
 
     name = "FeedForwardTanhFusion"
     level = 99
@@ -466,23 +467,30 @@ class FeedForwardTanhFusion(AnchoredFusion):
         if _saving(ctx) or not _gemm_plain(g2, g):
             return None
         r2 = m.producer(g2.inputs[0])
-        if not _is(r2, "Reshape") or not m.single_use(g2.inputs[0]):
+        if not _is(r2, "Reshape"):
             return None
         act = m.producer(r2.inputs[0])
-        if act is None or act.op_type != "FastGelu" or act.domain != MS or not m.single_use(r2.inputs[0]):
+        if act is None or act.op_type != "FastGelu" or act.domain != MS:
             return None
         r1 = m.producer(act.inputs[0])
-        if not _is(r1, "Reshape") or len(r1.inputs) < 2 or not r1.inputs[1] or not m.single_use(act.inputs[0]):
+        if not _is(r1, "Reshape") or len(r1.inputs) < 2 or not r1.inputs[1]:
             return None
         g1 = m.producer(r1.inputs[0])
-        if g1 is None or not _gemm_plain(g1, g) or not m.single_use(r1.inputs[0]):
+        if g1 is None or not _gemm_plain(g1, g):
+            return None
+        # every value inside read by the next step only, or also by Shape nodes (kept as ShapeOf nodes)
+        readers = [_shape_readers(m, v, n) for v, n in ((g1.outputs[0], r1), (r1.outputs[0], act),
+                                                       (act.outputs[0], r2), (r2.outputs[0], g2))]
+        if any(r is None for r in readers):
             return None
         w1, w2 = g.initializers[g1.inputs[1]], g.initializers[g2.inputs[1]]
         F = w1.shape[1]
-        tgt = g.initializers.get(r2.inputs[1])
-        if w2.shape[0] != F or not isinstance(tgt, np.ndarray) or tgt.size != 2 or int(tgt.reshape(-1)[1]) != F \
-                or int(tgt.reshape(-1)[0]) == 0:  # (no 0 in the target: allowzero does not matter)
+        if w2.shape[0] != F or len(r2.inputs) < 2 or not r2.inputs[1]:
             return None
+        tgt = g.initializers.get(r2.inputs[1])
+        # a constant [-1 or rows, F] gives the first product's shape back; any other target goes along, checked
+        flat_const = isinstance(tgt, np.ndarray) and tgt.size == 2 and int(tgt.reshape(-1)[1]) == F \
+            and int(tgt.reshape(-1)[0]) != 0  # (no 0 in the target: allowzero does not matter)
         fb = None
         if len(act.inputs) > 1 and act.inputs[1]:
             fb = g.initializers.get(act.inputs[1])
@@ -501,11 +509,20 @@ class FeedForwardTanhFusion(AnchoredFusion):
             name = ctx.fresh(f"{n.name or 'gemm'}_bias")
             g.initializers[name] = v
             biases.append(name)
+        sides = _Sides()
+        F1 = [(0, F)]
+        view = F1 + [(1, int(r1.attrs.get("allowzero", 0)))]
+        sides.add(readers[0], F1, [])
+        sides.add(readers[1] + readers[2], view, [r1.inputs[1]])
+        sides.add(readers[3], view + [(1, int(r2.attrs.get("allowzero", 0)))], [r1.inputs[1], r2.inputs[1]])
+        sides.write(g, m, g1.inputs[0], ctx)
         # (the first Reshape's target goes along: the kernel raises what that Reshape would have raised)
-        new = Node("FeedForward", "ai.onnxpy",
-                   [g1.inputs[0], g1.inputs[1], biases[0], g2.inputs[1], biases[1], r1.inputs[1]], [g2.outputs[0]],
-                   {"activation": "gelu_tanh", "view_allowzero": int(r1.attrs.get("allowzero", 0))},
-                   name=ctx.fresh("FeedForward"))
+        inputs = [g1.inputs[0], g1.inputs[1], biases[0], g2.inputs[1], biases[1], r1.inputs[1]]
+        attrs = {"activation": "gelu_tanh", "view_allowzero": int(r1.attrs.get("allowzero", 0))}
+        if not flat_const:
+            inputs.append(r2.inputs[1])
+            attrs["flat_allowzero"] = int(r2.attrs.get("allowzero", 0))
+        new = Node("FeedForward", "ai.onnxpy", inputs, [g2.outputs[0]], attrs, name=ctx.fresh("FeedForward"))
         return new, [g1, r1, act, r2, g2]
 
 
@@ -526,19 +543,115 @@ def _projection(n, g):
     return None
 
 
-def _reshapes_back(m, name):
-    """(the single-use Reshapes (shape given as an input) producing ``name``, in order, the value they start from)."""
-    chain = []
+def _shape_readers(m, name, main):
+    """The Shape nodes reading ``name`` besides its one other reader ``main``; None when anything else reads it (or it
+    is a graph output).  A fused region keeps such Shape readers as ai.onnxpy.ShapeOf nodes (see ``_Sides``)."""
+    if name in m.outs:
+        return None
+    rs, mains = [], 0
+    for n in m.cons.get(name, []):
+        if n is main:
+            mains += 1
+        elif _is(n, "Shape") and len(n.outputs) == 1:
+            rs.append(n)
+        else:
+            return None
+    return rs if mains == 1 else None
+
+
+def _reshapes_back(m, name, reader):
+    """The Reshapes (shape given as an input) producing ``name`` (read by ``reader``), back to the value they start
+    from: (chain in order, start, {i: Shape nodes reading the value after the chain's first i Reshapes}); None when a
+    value on the way has another reader."""
+    tensors, readers, chain = [name], [reader], []
     while True:
-        n = m.producer(name)
-        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1] and m.single_use(n.outputs[0])):
-            return chain[::-1], name
+        n = m.producer(tensors[-1])
+        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1]):
+            break
         chain.append(n)
-        name = n.inputs[0]
+        readers.append(n)
+        tensors.append(n.inputs[0])
+    sides = {}
+    for i, (t, rd) in enumerate(zip(tensors, readers)):
+        got = _shape_readers(m, t, rd)
+        if got is None:
+            return None
+        if got:
+            sides[len(chain) - i] = got
+    return chain[::-1], tensors[-1], sides
+
+
+def _reshapes_forward(m, name):
+    """The Reshapes reading ``name`` onwards: (chain, the value they end at, its reader, {i: Shape nodes reading the
+    value after the chain's first i Reshapes}); None when a value has other readers than one node and Shapes."""
+    chain, sides = [], {}
+    while True:
+        others = [n for n in m.cons.get(name, []) if not (_is(n, "Shape") and len(n.outputs) == 1)]
+        if len(others) != 1:
+            return None
+        got = _shape_readers(m, name, others[0])
+        if got is None:
+            return None
+        if got:
+            sides[len(chain)] = got
+        n = others[0]
+        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[0] == name and n.inputs[1]):
+            return chain, name, n, sides
+        chain.append(n)
+        name = n.outputs[0]
 
 
 def _targets_of(chain):
     return [n.inputs[1] for n in chain], [int(n.attrs.get("allowzero", 0)) for n in chain]
+
+
+class _Sides:
+    """Shape nodes reading values inside a fused region, each to become an ai.onnxpy.ShapeOf of the region's input:
+    the shape replayed along the region's steps (``path``: (kind, argument) pairs, see ops/attention_block.py) with
+    the Reshapes' shape inputs it passes."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, nodes, path, targets):
+        for n in nodes or ():
+            self.items.append((n, list(path), list(targets)))
+
+    def write(self, g, m, x, ctx):
+        if not self.items:
+            return
+        # replayed from before the Reshapes that give the region's input its shape (TorchScript's flattening of
+        # the [batch, seq, hidden] activations): the ShapeOf nodes then join the shape chains of that value, which
+        # the executor runs once per input shape
+        head, head_t = [], []
+        while True:
+            n = m.producer(x)
+            if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1]):
+                break
+            head = [(1, int(n.attrs.get("allowzero", 0)))] + head
+            head_t = [n.inputs[1]] + head_t
+            x = n.inputs[0]
+        where = {id(n): i for i, n in enumerate(g.nodes)}
+        for n, path, targets in self.items:
+            path, targets = head + path, head_t + targets
+            attrs = {"path": [v for step in path for v in step]}
+            if "start" in n.attrs:
+                attrs["start"] = int(n.attrs["start"])
+            if "end" in n.attrs:
+                attrs["end"] = int(n.attrs["end"])
+            g.nodes[where[id(n)]] = Node("ShapeOf", "ai.onnxpy", [x] + targets, list(n.outputs), attrs,
+                                         name=ctx.fresh("ShapeOf"))
+
+
+def _reshape_steps(chain):
+    return [(1, az) for az in _targets_of(chain)[1]]
+
+
+def _chain_sides(sides, out, chain, head_path, head_targets):
+    """Record the Shape readers along ``chain`` (``sides`` as the walkers give them) after ``head_path``."""
+    t, steps = _targets_of(chain)[0], _reshape_steps(chain)
+    for i, nodes in sides.items():
+        out.add(nodes, head_path + steps[:i], head_targets + t[:i])
 
 
 class AttentionBlockFusion(AnchoredFusion):
@@ -549,7 +662,9 @@ class AttentionBlockFusion(AnchoredFusion):
         -> MatMulBias|Gemm
 
     The Reshapes' shape inputs go along (the kernel replays them on shapes: their errors stand).  Only attention
-    without a bias input, past keys/values or other outputs; every intermediate read once."""
+    without a bias input, past keys/values or other outputs; every value inside read by the next step only, or also
+    by Shape nodes (TorchScript exports read the split heads' and the attention output's shapes to build the next
+    Reshape's target): those become ai.onnxpy.ShapeOf nodes, the same shape replayed from the block's input."""
 
     name = "AttentionBlockFusion"
     level = 99
@@ -563,45 +678,53 @@ class AttentionBlockFusion(AnchoredFusion):
         ins = list(mha.inputs) + [""] * (6 - len(mha.inputs))
         if not all(ins[:3]) or ins[3] or set(mha.attrs) - self._ATTRS or "num_heads" not in mha.attrs:
             return None
+        if len(set(ins[:3])) != 3:
+            return None
         chains = []
         for x in ins[:3]:
-            if not m.single_use(x):
+            got = _reshapes_back(m, x, mha)
+            if got is None:
                 return None
-            chain, start = _reshapes_back(m, x)
-            chains.append((chain, start))
+            chains.append(got)
         split = m.producer(chains[0][1])
         if not _is(split, "Split") or len(split.outputs) != 3 or [c[1] for c in chains] != list(split.outputs):
             return None
         mid = _targets_of(chains[0][0])
-        if any(_targets_of(c[0])[1] != mid[1] for c in chains[1:]) or any(not m.single_use(o) for o in split.outputs):
+        if any(_targets_of(c[0])[1] != mid[1] for c in chains[1:]):
             return None  # (q, k and v reshaped alike: the same number of Reshapes, the same allowzero flags)
         size = self._split_size(split, g)
-        if size is None or not m.single_use(split.inputs[0]):
+        if size is None:
             return None
-        pre_chain, src = _reshapes_back(m, split.inputs[0])
+        pre_got = _reshapes_back(m, split.inputs[0], split)
+        if pre_got is None:
+            return None
+        pre_chain, src, pre_sides = pre_got
         p1 = m.producer(src)
         got1 = _projection(p1, g)
-        if got1 is None or not m.single_use(src) or p1.inputs[0] in g.initializers:
+        if got1 is None or p1.inputs[0] in g.initializers:
             return None
-        cons = m.cons.get(mha.outputs[0], [])
-        if len(cons) != 1 or not m.single_use(mha.outputs[0]):
+        post_got = _reshapes_forward(m, mha.outputs[0])
+        if post_got is None:
             return None
-        post_chain, end = [], mha.outputs[0]
-        n = cons[0]
-        while _is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[0] == end and n.inputs[1]:
-            post_chain.append(n)
-            end = n.outputs[0]
-            nxt = m.cons.get(end, [])
-            if len(nxt) != 1 or not m.single_use(end):
-                return None
-            n = nxt[0]
-        got2 = _projection(n, g)
-        if got2 is None or n.inputs[0] != end:
+        post_chain, end, p2, post_sides = post_got
+        got2 = _projection(p2, g)
+        if got2 is None or p2.inputs[0] != end:
             return None
-        p2 = n
         w1, w2 = g.initializers[got1[0]], g.initializers[got2[0]]
         if w1.shape[1] % 3 or w2.shape[0] != w1.shape[1] // 3:
             return None
+        D = w1.shape[1] // 3
+        axis = int(split.attrs.get("axis", 0))
+        # the Shape readers inside: shapes replayed from the block's input along the steps to their value
+        sides = _Sides()
+        pre_t = _targets_of(pre_chain)[0]
+        _chain_sides(pre_sides, sides, pre_chain, [(0, 3 * D)], [])
+        head = [(0, 3 * D)] + _reshape_steps(pre_chain) + [(2, axis), (3, size)]
+        for c in chains:
+            _chain_sides(c[2], sides, c[0], head, pre_t)
+        q_chain = chains[0][0]
+        _chain_sides(post_sides, sides, post_chain, head + _reshape_steps(q_chain) + [(4, D)],
+                     pre_t + _targets_of(q_chain)[0])
         biases = []
         for (_, bname, _), w in ((got1, w1), (got2, w2)):
             if bname is not None and g.initializers[bname].shape == (w.shape[1],):
@@ -612,14 +735,15 @@ class AttentionBlockFusion(AnchoredFusion):
             bname = ctx.fresh("attention_block_bias")
             g.initializers[bname] = v
             biases.append(bname)
-        pre, post = _targets_of(pre_chain), _targets_of(post_chain)
+        post = _targets_of(post_chain)
         attrs = {k: v for k, v in mha.attrs.items()}
-        attrs.update(split_axis=int(split.attrs.get("axis", 0)), split_size=size, pre_allowzero=pre[1],
+        attrs.update(split_axis=axis, split_size=size, pre_allowzero=_targets_of(pre_chain)[1],
                      mid_allowzero=mid[1], post_allowzero=post[1], proj_2d=[int(got1[2]), int(got2[2])])
         mids = [t for c in chains for t in _targets_of(c[0])[0]]
-        inputs = [p1.inputs[0], got1[0], biases[0], got2[0], biases[1], ins[4], ins[5]] + pre[0] + mids + post[0]
+        inputs = [p1.inputs[0], got1[0], biases[0], got2[0], biases[1], ins[4], ins[5]] + pre_t + mids + post[0]
         new = Node("AttentionBlock", "ai.onnxpy", inputs, [p2.outputs[0]], attrs, name=ctx.fresh("AttentionBlock"))
         matched = [p1, *pre_chain, split, *(n for c in chains for n in c[0]), mha, *post_chain, p2]
+        sides.write(g, m, p1.inputs[0], ctx)
         return new, matched
 
     @staticmethod

@@ -22,7 +22,7 @@ def _rng(seed=0):
 
 
 def _model(B=1, S=128, N=12, H=64, mask=None, bias=False, unidirectional=0, gemm=False, view=None, split_attr=None,
-           out_view=None, extra_reader=False):
+           out_view=None, extra_reader=False, ts_shapes=False):
     """X [B, S, D] -> projection -> Split -> Reshape [B, S, N, H] -> Reshape [B, S, D] (each of q, k, v, their own
     shape inputs) -> MultiHeadAttention -> Reshape -> projection.  ``gemm``: the projections as 2-D Gemms (X and the
     attention output flattened to rows, the projection viewed as [B, S, 3D] before the Split)."""
@@ -50,20 +50,31 @@ def _model(B=1, S=128, N=12, H=64, mask=None, bias=False, unidirectional=0, gemm
     else:
         nodes.append(helper.make_node("Split", ["g"], ["q0", "k0", "v0"], axis=-1, num_outputs=3))
     for t in "qkv":
-        nodes += [helper.make_node("Reshape", [f"{t}0", "s4"], [f"{t}1"]),
+        s4 = "s4"
+        if ts_shapes:  # (TorchScript's form: the view's target built from the split part's own shape)
+            s4 = f"s4{t}"
+            nodes += [helper.make_node("Shape", [f"{t}0"], [f"sh{t}"], end=2),
+                      helper.make_node("Concat", [f"sh{t}", "nh"], [s4], axis=0)]
+        nodes += [helper.make_node("Reshape", [f"{t}0", s4], [f"{t}1"]),
                   helper.make_node("Reshape", [f"{t}1", "s3"], [f"{t}2"])]
+    if ts_shapes:
+        inits.append(numpy_helper.from_array(np.array([N, H], np.int64), "nh"))
     mha_in = ["q2", "k2", "v2", "", "mask" if mask is not None and mask.ndim <= 2 else "",
               "bias" if bias else ""]
     while mha_in and not mha_in[-1]:
         mha_in.pop()
     nodes.append(helper.make_node("MultiHeadAttention", mha_in, ["o"], domain=MS, num_heads=N,
                                   unidirectional=unidirectional))
-    nodes.append(helper.make_node("Reshape", ["o", "s2"], ["o2"]))
+    if ts_shapes:  # (and the output's flattening target from the attention output's shape)
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "m1"))
+        nodes += [helper.make_node("Shape", ["o"], ["sho"], start=-1),
+                  helper.make_node("Concat", ["m1", "sho"], ["s2d"], axis=0)]
+    nodes.append(helper.make_node("Reshape", ["o", "s2d" if ts_shapes else "s2"], ["o2"]))
     if gemm:
         nodes.append(helper.make_node("Gemm", ["o2", "wo", "bo"], ["y"]))
     else:
         nodes += [helper.make_node("MatMul", ["o2", "wo"], ["mo"]), helper.make_node("Add", ["mo", "bo"], ["y"])]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, D])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", D] if ts_shapes else [B, S, D])]
     feeds = {"x": r.standard_normal((B, S, D)).astype(np.float32)}
     if mask is not None:
         ins.append(helper.make_tensor_value_info("mask", TensorProto.INT32, list(mask.shape)))
@@ -95,15 +106,23 @@ def _ort(mb, feeds):
     return ort.InferenceSession(mb, so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-@pytest.mark.parametrize("kind", ["plain", "mask", "bias", "causal", "gemm", "small_heads", "batch2", "split_input"])
+@pytest.mark.parametrize("kind", ["plain", "mask", "bias", "causal", "gemm", "small_heads", "batch2", "split_input",
+                                  "ts_shapes", "gemm_ts_shapes"])
 def test_attention_block_vs_unfused_and_ort(kind):
     kw = {"plain": {}, "mask": dict(mask=np.concatenate([np.ones((1, 100)), np.zeros((1, 28))], 1).astype(np.int32)),
           "bias": dict(bias=True), "causal": dict(unidirectional=1), "gemm": dict(gemm=True),
           "small_heads": dict(N=12, H=32), "batch2": dict(B=2, S=64, N=4, H=64),
-          "split_input": dict(split_attr=[768, 768, 768])}[kind]
+          "split_input": dict(split_attr=[768, 768, 768]), "ts_shapes": dict(ts_shapes=True),
+          "gemm_ts_shapes": dict(gemm=True, ts_shapes=True, unidirectional=1)}[kind]
     mb, feeds = _model(**kw)
     s = _sess(mb)
     assert _ops(s).count("AttentionBlock") == 1 and "MultiHeadAttention" not in _ops(s)
+    if "ts_shapes" in kw:  # the Shape readers inside the block became ShapeOf nodes
+        assert "Shape" not in _ops(s) and "ShapeOf" in _ops(s)  # (identical ones merged by CSE)
+        from onnxpy.execution.plan import _ShapeChain
+
+        # ... replayed from the input before its flattening, they join its shape chains (run once per shape)
+        assert any(isinstance(f[0], _ShapeChain) for f in s._plan.fast)
     step = next(st for st in s._plan.steps if st.node.op_type == "AttentionBlock")
     if _packed.available():
         assert getattr(step.fn, "__name__", "") == "run"  # the plan-time form
@@ -182,3 +201,23 @@ def test_pack_with_depth_blocks_and_stand_in():
     _packed.pack(w2, depth=192)
     st = _packed.standin(w2)
     np.testing.assert_array_equal(_packed.real(st), w2)
+
+
+def test_shape_of_kernel():
+    x = np.zeros((2, 5, 12), np.float32)
+    t = [np.array([-1, 36], np.int64), np.array([10, 12], np.int64)]
+    # projection to 36 features, a Reshape, a Split part, a Reshape, an attention output of width 6
+    path = [0, 36, 1, 0, 2, -1, 3, 0, 1, 0, 4, 6]
+    np.testing.assert_array_equal(ab.shape_of(x, t[0], np.array([2, 5, 12], np.int64), path=path), [2, 5, 6])
+    with pytest.raises(ValueError, match="3-D"):  # (an attention output needs a 3-D query)
+        ab.shape_of(x, t[0], t[1], path=[0, 36, 1, 0, 2, -1, 3, 0, 1, 0, 4, 6])
+    np.testing.assert_array_equal(ab.shape_of(x, t[0], path=[0, 36, 1, 0], start=-1), [36])
+    np.testing.assert_array_equal(ab.shape_of(x, path=[0, 36, 2, 2, 3, 12], end=2), [2, 5])
+    with pytest.raises(ValueError, match="Reshape"):
+        ab.shape_of(x, np.array([7, -1], np.int64), path=[0, 36, 1, 0])
+    with pytest.raises(ValueError, match="Split"):
+        ab.shape_of(x, path=[0, 35, 2, -1, 3, 0])
+    with pytest.raises(ValueError, match="shape inputs"):
+        ab.shape_of(x, t[0], path=[0, 36])
+    with pytest.raises(ValueError, match="kind"):
+        ab.shape_of(x, path=[9, 1])

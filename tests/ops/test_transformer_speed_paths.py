@@ -680,7 +680,7 @@ def test_attention_key_sums_as_products_with_ones(dtype):
 
 # ------------------------------------------------- FeedForward with FastGelu (GPT-2's MLP as Conv1D exports it)
 def _gpt2_mlp_model(h=32, f=128, rows=(2, 7), biases=(True, True), gelu_bias=False, target=(-1, None),
-                    allowzero=1, trans_b=0, extra_reader=False, view=None):
+                    allowzero=1, trans_b=0, extra_reader=False, view=None, ts_shapes=False):
     r = _rng(21)
     w1 = (r.standard_normal((f, h) if trans_b else (h, f)) * 0.2).astype(np.float32)
     w2 = (r.standard_normal((h, f) if trans_b else (f, h)) * 0.2).astype(np.float32)
@@ -699,8 +699,12 @@ def _gpt2_mlp_model(h=32, f=128, rows=(2, 7), biases=(True, True), gelu_bias=Fal
     nodes = [helper.make_node("Gemm", g1_in, ["g"], transB=trans_b),
              helper.make_node("Reshape", ["g", "s3"], ["g3"], allowzero=allowzero),
              helper.make_node("FastGelu", gelu_in, ["a3"], domain=MS),
-             helper.make_node("Reshape", ["a3", "s2"], ["h2"], allowzero=allowzero),
+             helper.make_node("Reshape", ["a3", "s2d" if ts_shapes else "s2"], ["h2"], allowzero=allowzero),
              helper.make_node("Gemm", g2_in, ["y"], transB=trans_b)]
+    if ts_shapes:  # (TorchScript's form: the second target built from the GELU output's shape)
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "m1"))
+        nodes[3:3] = [helper.make_node("Shape", ["a3"], ["sa"], start=-1),
+                      helper.make_node("Concat", ["m1", "sa"], ["s2d"], axis=0)]
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     if extra_reader:
         outs.append(helper.make_tensor_value_info("a3", TensorProto.FLOAT, None))
@@ -711,17 +715,19 @@ def _gpt2_mlp_model(h=32, f=128, rows=(2, 7), biases=(True, True), gelu_bias=Fal
     return m.SerializeToString(), {"x": _rng(22).standard_normal((n, h)).astype(np.float32)}
 
 
-@pytest.mark.parametrize("biases,gelu_bias", [((True, True), False), ((False, False), False), ((True, False), True),
-                                              ((False, True), True)])
+@pytest.mark.parametrize("biases,gelu_bias,ts", [((True, True), False, False), ((False, False), False, False),
+                                                 ((True, False), True, False), ((False, True), True, True)])
 @pytest.mark.parametrize("rows", [(2, 7), (1, 128)])
-def test_feed_forward_tanh_fusion_vs_unfused_and_ort(biases, gelu_bias, rows):
+def test_feed_forward_tanh_fusion_vs_unfused_and_ort(biases, gelu_bias, ts, rows):
     """Gemm -> Reshape -> FastGelu -> Reshape -> Gemm becomes one FeedForward(activation="gelu_tanh"): the
-    unfused graph's results (and onnxruntime's) with missing biases as zeros and FastGelu's bias folded in."""
+    unfused graph's results (and onnxruntime's) with missing biases as zeros and FastGelu's bias folded in; a Shape
+    reading the GELU's output (TorchScript's second target) becomes a ShapeOf of the block's input."""
     mb, feeds = _gpt2_mlp_model(rows=rows, biases=biases, gelu_bias=gelu_bias, h=64 if rows[1] > 100 else 32,
-                                f=768 if rows[1] > 100 else 128)
+                                f=768 if rows[1] > 100 else 128, ts_shapes=ts)
     got, s = _py(mb, feeds)
     ops = _op_types(s)
     assert ops.count("FeedForward") == 1 and "FastGelu" not in ops and "Gemm" not in ops
+    assert ("ShapeOf" in ops) == ts and "Shape" not in ops
     step = next(st for st in s._plan.steps if st.node.op_type == "FeedForward")
     assert callable(step.fn) and getattr(step.fn, "__name__", "") in ("run", "run_packed")  # the plan-time form
     want, s0 = _py(mb, feeds, disabled=("FeedForwardTanhFusion",))
@@ -735,6 +741,11 @@ def test_feed_forward_tanh_fusion_guards(case):
     kw = {"target": dict(target=(-1, 64)), "zero_target": dict(target=(0, None), allowzero=0, rows=(14, 1)),
           "trans_b": dict(trans_b=1), "extra_reader": dict(extra_reader=True)}[case]
     mb, feeds = _gpt2_mlp_model(**kw)
+    if case == "zero_target":  # a second target other than [-1, F] goes along as an input, checked at run time
+        got, s = _py(mb, feeds)
+        assert "FeedForward" in _op_types(s)
+        np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-4)
+        return
     if case == "target":  # the second Reshape does not give back the first product's rows x 128: an error either way
         with pytest.raises(Exception, match="Gemm|MatMul|inner|dimension"):
             _py(mb, feeds)
