@@ -791,7 +791,8 @@ def test_matmul_ksplit(R, K, N):
 
 
 @pytest.mark.parametrize("R,K,F,N", [(128, 768, 3072, 768), (64, 384, 1536, 384), (20, 300, 1536, 500)])
-def test_matmul_chain(R, K, F, N):
+@pytest.mark.parametrize("stagger", [True, False])
+def test_matmul_chain(R, K, F, N, stagger, monkeypatch):
     """Both products of a feed-forward block in one parallel region: each thread's column block of the first product,
     its epilogue and its depth share of the second -- the same bits as matmul_split then matmul_ksplit (the partial
     sums added in the same order), the epilogue once per block on the thread that wrote it; declined where the split
@@ -809,9 +810,12 @@ def test_matmul_chain(R, K, F, N):
         seen.append((threading.get_ident(), blk.shape))
         np.tanh(blk, out=blk)
 
+    # (staggered, the second thread runs the epilogue per depth block of the second product, interleaved with it)
+    monkeypatch.setattr(_packed, "STAGGER", stagger)
     got = _packed.matmul_chain(x, p1, c1, epi, p2, c2)
     assert got is not None and got.shape == (R, N)
     assert len({t for t, _ in seen}) == 2 and sum(s[1] for _, s in seen) == F
+    assert len(seen) == (2 + (F // 2) // p2.Q - 1 if stagger else 2)
     pieces = _packed.matmul_split(x, p1, c1, lambda b: np.tanh(b, out=b), p2.Q)
     np.testing.assert_array_equal(got, _packed.matmul_ksplit(pieces, p2, c2))
     want = np.tanh(x.astype(np.float64) @ w1 + c1) @ w2 + c2
