@@ -8,7 +8,7 @@ FILES = {
     '_ew_math.py': 3532917213,
     '_jpeg.py': 400242634,
     '_ml_common.py': 3678432908,
-    '_packed.py': 4286509314,
+    '_packed.py': 3425858902,
     '_shape_util.py': 3615842203,
     '_spatial.py': 1728217910,
     '_wcache.py': 2930508180,

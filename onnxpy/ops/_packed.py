@@ -289,12 +289,28 @@ def _run_blocks(spans, blocks, R, sb, y, ldc, out, bias, col0=0, fill=True):
             kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], y + 4 * c, ldc)
 
 
-def _run_block_then(spans, blocks, R, sb, out, bias, col0, epilogue):
-    """:func:`_run_blocks` into ``out`` (a thread's own C-contiguous block of features from ``col0``), then
-    ``epilogue(out)`` on the same thread."""
-    _run_blocks(spans, blocks, R, sb, out.ctypes.data, out.shape[1], out, bias, col0)
+def _run_block_then(spans, blocks, R, sb, out, bias, col0, epilogue, full=None):
+    """:func:`_run_blocks` into ``out`` (a thread's own block of features from ``col0``: C-contiguous, or the first
+    columns of the C-contiguous ``full`` whose spare columns hold zeros, see :func:`_block`), then ``epilogue`` on
+    the same thread, over ``full`` when given (an element-wise epilogue: the spare zeros go through it too)."""
+    _run_blocks(spans, blocks, R, sb, out.ctypes.data, out.strides[0] // 4, out, bias, col0)
     if epilogue is not None:
-        epilogue(out)
+        epilogue(out if full is None else full)
+
+
+# Thread blocks whose rows would lie a multiple of 2 KiB apart get 16 spare floats per row (test and measurement hook)
+PAD_BLOCKS = True
+
+
+def _block(R: int, n: int):
+    """(a (R, n) float32 block for a thread's share of a product, the C-contiguous array holding it): rows
+    ``out_pitch(n)`` floats apart, the spare columns zeroed (an epilogue may run over them)."""
+    ld = out_pitch(n) if PAD_BLOCKS else n
+    full = np.empty((R, ld), dtype=_F32)
+    if ld == n:
+        return full, full
+    full[:, n:] = 0
+    return full[:, :n], full
 
 
 def _spans(N: int, R: int, T: int, P: int):
@@ -481,9 +497,9 @@ def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, alig
     outs, parts = [], []
     for part in spans:
         c0 = part[0][0]
-        blk = np.empty((R, part[-1][0] + part[-1][1] - c0), dtype=_F32)
+        blk, full = _block(R, part[-1][0] + part[-1][1] - c0)
         outs.append((c0, blk))
-        parts.append((part, blocks, R, sb, blk, bias, c0, epilogue))
+        parts.append((part, blocks, R, sb, blk, bias, c0, epilogue, full))
     return outs if _run_shared(_run_block_then, parts) else None
 
 
@@ -534,8 +550,10 @@ def _ff_part(part, p1, R, sb, blk, c1, c0, epilogue, lo, hi, p2, y, c2):
     GELU passes at once slow each other down: each numpy call takes the GIL, and a thread that finds it held sleeps;
     BERT-base's GELU block 0.3 ms alone, ~0.48 ms side by side).  Same sums in the same order either way."""
     if not isinstance(blk, list):
-        _run_block_then(part, p1.blocks, R, sb, blk, c1, c0, epilogue)
-        src = [(blk.ctypes.data + 4 * (k0 - c0), blk.shape[1]) if c0 <= k0 < c0 + blk.shape[1] else None
+        blk, full = blk
+        _run_block_then(part, p1.blocks, R, sb, blk, c1, c0, epilogue, full)
+        ld = blk.strides[0] // 4
+        src = [(blk.ctypes.data + 4 * (k0 - c0), ld) if c0 <= k0 < c0 + blk.shape[1] else None
                for k0 in range(0, p2.K, p2.Q)]
         _kpart(lo, hi, p2, src, R, y, c2)
         return
@@ -581,7 +599,7 @@ def matmul_chain(x: np.ndarray, p1: PackedWeight, c1, epilogue, p2: PackedWeight
             # (the second thread staggers its epilogue, see _ff_part; its spans lie inside depth blocks)
             blk = [np.empty((R, min(p2.Q, c0 + n - k0)), dtype=_F32) for k0 in range(c0, c0 + n, p2.Q)]
         else:
-            blk = np.empty((R, n), dtype=_F32)
+            blk = _block(R, n)
         parts.append((part, p1, R, sb, blk, c1, c0, epilogue, lo, hi, p2, y if t == 0 else y1,
                       _bias_vector(c2, N2) if t == 0 else None))
     if not _run_shared(_ff_part, parts):
@@ -592,10 +610,11 @@ def matmul_chain(x: np.ndarray, p1: PackedWeight, c1, epilogue, p2: PackedWeight
 
 def out_pitch(N: int) -> int:
     """A row pitch for a product's (rows, N) result that the caller keeps to itself: N, or N + 16 when N floats are
-    a multiple of 4 KiB (rows that many bytes apart map to the same cache sets, and the kernel's stores to a block's
-    rows collide: 128 x 768 @ 768 x 3072 ran 3-4% faster into rows 3088 apart, 128 x 384 @ 384 x 1536 2-3%; BERT-base
-    0.98-1.0x in-process through FeedForward's intermediate, MiniLM 0.99x)."""
-    return N + 16 if (N * 4) % 4096 == 0 else N
+    a multiple of 2 KiB (rows that many bytes apart map to few cache sets, and the kernel's stores to a block's rows
+    collide: 128 x 768 @ 768 x 3072 ran 3-4% faster into rows 3088 apart, 128 x 384 @ 384 x 1536 2-3%; BERT-base
+    0.98-1.0x in-process through FeedForward's intermediate, MiniLM 0.99x; a thread's 128 x 1536 half of that
+    product, 6 KiB rows, 3% faster on two threads into rows 1552 apart)."""
+    return N + 16 if (N * 4) % 2048 == 0 else N
 
 
 def matmul_rows(a: np.ndarray, pw: PackedWeight, bias=None) -> np.ndarray:
