@@ -92,14 +92,24 @@ def attention_block(X, Wqkv, bqkv, Wout, bout, key_padding_mask=None, attention_
                     scale=0.0, mask_filter_value=-10000.0, unidirectional=0, split_axis=-1, split_size=0,
                     pre_allowzero=(), mid_allowzero=(), post_allowzero=(), proj_2d=(0, 0)):
     """The fused sequence computed op by op (any float type; the float32 plan-time form runs it in one region)."""
+    return _sequence(np.asarray(X), lambda a: _matmul_bias_generic(a, Wqkv, bqkv),
+                     lambda a: _matmul_bias_generic(a, Wout, bout), key_padding_mask, attention_bias, targets,
+                     num_heads, scale, mask_filter_value, unidirectional, split_axis, split_size, pre_allowzero,
+                     mid_allowzero, post_allowzero, proj_2d)
+
+
+def _sequence(x, project_in, project_out, key_padding_mask, attention_bias, targets, num_heads, scale,
+              mask_filter_value, unidirectional, split_axis, split_size, pre_allowzero, mid_allowzero, post_allowzero,
+              proj_2d):
+    """The fused ops one after the other, the projections by the given callables (the weights as given, or their
+    packed forms)."""
     counts = _counts(pre_allowzero, mid_allowzero, post_allowzero)
     if sum(counts) != len(targets):
         raise ValueError(f"{_OP}: {len(targets)} shape inputs for {sum(counts)} Reshapes")
     pre, mid, post = _targets(targets, counts)
-    x = np.asarray(X)
     if proj_2d[0]:
         _check_2d(x.shape, "input")
-    g = _matmul_bias_generic(x, Wqkv, bqkv)
+    g = project_in(x)
     g = g.reshape(_replay(g.shape, pre, pre_allowzero))
     ax, part = _split_part(g.shape, int(split_axis), int(split_size))
     q, k, v = (t.reshape(_replay(part, tg, mid_allowzero)) for t, tg in zip(np.split(g, 3, axis=ax), mid))
@@ -109,7 +119,7 @@ def attention_block(X, Wqkv, bqkv, Wout, bout, key_padding_mask=None, attention_
     o = o.reshape(_replay(o.shape, post, post_allowzero))
     if proj_2d[1]:
         _check_2d(o.shape, "output")
-    return _matmul_bias_generic(o, Wout, bout)
+    return project_out(o)
 
 
 def _block_part(ctx, h0, h1, out_blocks, y, bias):
@@ -197,8 +207,10 @@ def _attention_block_specialize(consts, kwargs):
         plain = (len(qs) == 3 and qs[2] == D and ax == len(g_shape) - 1 and g_shape[-1] == 3 * D
                  and qs[0] * qs[1] == R and _packed._FEW_ROWS <= R <= _packed._R
                 and all(_replay(part, tg, mid_az) == qs for tg in mid[1:]))
-        if not plain:
-            return generic(X, _packed.real(Wqkv), bqkv, _packed.real(Wout), bout, kpm, ab, *targets, **kwargs)
+        if not plain:  # (more than one row pass, or another layout: the ops in turn, on the packed weights)
+            return _sequence(X, lambda a: _packed.matmul_rows(a, pq, bq), lambda a: _packed.matmul_rows(a, po, bo),
+                             kpm, ab, targets, N, sc, mfv, unidirectional, axis, size, pre_az, mid_az, post_az,
+                             proj_2d)
         B, S = qs[0], qs[1]
         o_shape = _replay((B, S, D), post, post_az)
         if proj_2d[1]:

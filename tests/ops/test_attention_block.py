@@ -179,6 +179,18 @@ def test_attention_block_kernel_paths():
         t = [np.array([B, S, D], np.int64)] * 3
         want = ab.attention_block(x, wq, bq, wo, bo, None, None, *t, **kw)
         np.testing.assert_allclose(run(x, wq, bq, wo, bo, None, None, *t), want, rtol=1e-5, atol=1e-5)
+    # the plan releases the weights (stand-ins): no path unpacks them (300 rows take the ops in turn, packed)
+    sq, so = _packed.standin(wq), _packed.standin(wo)
+    if sq is not None and so is not None:
+        x = r.standard_normal((1, 300, D)).astype(np.float32)
+        t = [np.array([1, 300, D], np.int64)] * 3
+        want = ab.attention_block(x, wq, bq, wo, bo, None, None, *t, **kw)
+        orig = _packed._unpack
+        _packed._unpack = None  # (would raise if called)
+        try:
+            np.testing.assert_allclose(run(x, sq, bq, so, bo, None, None, *t), want, rtol=1e-5, atol=1e-5)
+        finally:
+            _packed._unpack = orig
     with pytest.raises(ValueError, match="Reshape"):
         run(x, wq, bq, wo, bo, None, None, np.array([2, 2, D], np.int64), t[1], t[2])
     with pytest.raises(ValueError, match="shape inputs"):
