@@ -2,7 +2,7 @@
 
 Written by the level-99 AttentionBlockFusion (optimizer/fusions.py) in place of
 
-    MatMulBias|Gemm(X, Wqkv, bqkv) -> Reshape* -> Split(3 equal parts) -> Reshape* (each of q, k, v, same targets)
+    MatMulBias|Gemm(X, Wqkv, bqkv) -> Reshape* -> Split(3 equal parts) -> Reshape* (q, k and v alike)
     -> com.microsoft.MultiHeadAttention(q, k, v, key_padding_mask, attention_bias) -> Reshape* -> MatMulBias|Gemm(Wout)
 
 Inputs: X, Wqkv, bqkv, Wout, bout, key_padding_mask, attention_bias, then the Reshapes' shape inputs in order (those
@@ -18,7 +18,8 @@ projection (packed weights, ``ops._packed``), runs the attention over those head
 columns -- its depth share of the output projection -- into a partial sum of all outputs; the partial sums are added.
 One region, and every thread's data stays in its own cache.  The result is the unfused sequence's up to rounding (the
 output projection sums its depth in parts); runs with the helpers busy compute the same parts in the same order on
-the calling thread (the same bits).
+the calling thread (the same bits).  Inputs outside that form (more than 256 rows, fewer than 16, other layouts) run
+the ops in turn on the packed weights.
 """
 
 from __future__ import annotations
