@@ -14,7 +14,7 @@ FILES = {
     '_wcache.py': 2930508180,
     'activations.py': 4015232052,
     'attention.py': 2211906402,
-    'attention_block.py': 2622667033,
+    'attention_block.py': 579789154,
     'cast.py': 3424029128,
     'contrib_fused.py': 3357187976,
     'contrib_misc.py': 1673364794,
