@@ -449,6 +449,20 @@ def _gemm_plain(n, g) -> bool:
     return True
 
 
+def _bias_input(g, ctx, name, N: int, extra=None) -> str:
+    """A fused node's 1-D float32 bias of N values: the constant ``name`` itself when it already is one (and nothing
+    is added), else a new constant -- zeros for a missing bias, a (1, N) one flattened, ``extra`` added."""
+    c = g.initializers.get(name) if name else None
+    if c is not None and extra is None and c.shape == (N,):
+        return name
+    v = np.zeros(N, np.float32) if c is None else np.array(c, np.float32).reshape(N)
+    if extra is not None:
+        v = v + extra
+    new = ctx.fresh("fused_bias")
+    g.initializers[new] = v
+    return new
+
+
 class FeedForwardTanhFusion(AnchoredFusion):
     """Gemm -> Reshape -> FastGelu -> Reshape -> Gemm (GPT-2's MLP as PyTorch's Conv1D exports it: 2-D products on
     the flattened rows, the GELU between them on the [batch, seq, hidden] view) -> ai.onnxpy.FeedForward with
@@ -496,19 +510,8 @@ class FeedForwardTanhFusion(AnchoredFusion):
             fb = g.initializers.get(act.inputs[1])
             if not isinstance(fb, np.ndarray) or fb.dtype != np.float32 or fb.shape != (F,):
                 return None
-        biases = []
-        for n, extra in ((g1, fb), (g2, None)):
-            N = g.initializers[n.inputs[1]].shape[1]
-            c = g.initializers.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
-            if c is not None and extra is None and c.shape == (N,):
-                biases.append(n.inputs[2])
-                continue
-            v = np.zeros(N, np.float32) if c is None else np.array(c, np.float32).reshape(N)
-            if extra is not None:
-                v = v + extra
-            name = ctx.fresh(f"{n.name or 'gemm'}_bias")
-            g.initializers[name] = v
-            biases.append(name)
+        biases = [_bias_input(g, ctx, n.inputs[2] if len(n.inputs) > 2 and n.inputs[2] else None,
+                              g.initializers[n.inputs[1]].shape[1], extra) for n, extra in ((g1, fb), (g2, None))]
         sides = _Sides()
         F1 = [(0, F)]
         view = F1 + [(1, int(r1.attrs.get("allowzero", 0)))]
@@ -725,16 +728,7 @@ class AttentionBlockFusion(AnchoredFusion):
         q_chain = chains[0][0]
         _chain_sides(post_sides, sides, post_chain, head + _reshape_steps(q_chain) + [(4, D)],
                      pre_t + _targets_of(q_chain)[0])
-        biases = []
-        for (_, bname, _), w in ((got1, w1), (got2, w2)):
-            if bname is not None and g.initializers[bname].shape == (w.shape[1],):
-                biases.append(bname)
-                continue
-            v = (np.zeros(w.shape[1], np.float32) if bname is None
-                 else np.array(g.initializers[bname], np.float32).reshape(w.shape[1]))
-            bname = ctx.fresh("attention_block_bias")
-            g.initializers[bname] = v
-            biases.append(bname)
+        biases = [_bias_input(g, ctx, got[1], w.shape[1]) for got, w in ((got1, w1), (got2, w2))]
         post = _targets_of(post_chain)
         attrs = {k: v for k, v in mha.attrs.items()}
         attrs.update(split_axis=axis, split_size=size, pre_allowzero=_targets_of(pre_chain)[1],
