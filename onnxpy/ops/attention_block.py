@@ -28,34 +28,12 @@ import numpy as np
 
 from . import _packed
 from ._common import F32 as _F32
-from ._shape_util import to_ints
 from .contrib_transformer import _drop_masked_keys, _additive_terms, _mha_heads, multi_head_attention
 from .linalg import _matmul_bias_generic
 from .registry import kernel
-from .tensor import _reshape_target
+from .tensor import replay_reshapes as _replay
 
 _OP = "AttentionBlock"
-
-
-_REPLAYS: dict = {}  # (shape, targets' values, allowzero flags) -> the resulting shape
-_REPLAYS_MAX = 256
-
-
-def _replay(shape, targets, allowzero) -> tuple:
-    """The shape a chain of Reshapes (their shape inputs and allowzero flags) makes of ``shape``; their errors.
-    Memoised: a run replays the same few chains (~20 us each otherwise)."""
-    if not targets:
-        return tuple(shape)
-    key = (tuple(shape), tuple(tuple(to_ints(t, "shape")) for t in targets), tuple(allowzero))
-    got = _REPLAYS.get(key)
-    if got is None:
-        got = tuple(shape)
-        for t, az in zip(key[1], allowzero):
-            got = tuple(_reshape_target(np.broadcast_to(np.float32(0), got), list(t), int(az)))
-        if len(_REPLAYS) >= _REPLAYS_MAX:
-            _REPLAYS.clear()
-        _REPLAYS[key] = got
-    return got
 
 
 def _split_part(shape, axis: int, size: int):

@@ -24,7 +24,7 @@ from .conv import conv as _conv
 from .linalg import _gemm, _matmul_bias_generic, _mm, _to_f32
 from .linalg import _mm_rows as _matmul
 from .registry import MS_DOMAIN, kernel
-from .tensor import _concat
+from .tensor import _concat, replay_reshapes
 
 
 def _up(x: np.ndarray) -> np.ndarray:
@@ -169,11 +169,9 @@ def _check_view(rows: int, F: int, view_shape, allowzero, flat_shape=None, flat_
     raised for this input, and the second product's input must come out (rows, F) as its Gemm requires."""
     if view_shape is None:
         return
-    from .attention_block import _replay
-
-    shape = _replay((rows, F), (view_shape,), (allowzero,))
+    shape = replay_reshapes((rows, F), (view_shape,), (allowzero,))
     if flat_shape is not None:
-        flat = _replay(shape, (flat_shape,), (flat_allowzero,))
+        flat = replay_reshapes(shape, (flat_shape,), (flat_allowzero,))
         if flat != (rows, F):
             raise ValueError(f"Gemm: A must be 2-D with {F} columns, got shape {list(flat)}")
 

@@ -52,6 +52,29 @@ def _reshape_target(x: np.ndarray, shape: list[int], allowzero: int) -> list[int
     return new
 
 
+_REPLAYS: dict = {}  # (shape, targets' values, allowzero flags) -> the resulting shape
+_REPLAYS_MAX = 256
+
+
+def replay_reshapes(shape, targets, allowzero) -> tuple:
+    """The shape a chain of Reshapes (their shape inputs and allowzero flags) makes of ``shape``, raising their errors
+    (fused nodes that absorbed Reshapes check them this way: AttentionBlock, FeedForward, ShapeOf).  Memoised: a run
+    replays the same few chains (~20 us each otherwise)."""
+    if not targets:
+        return tuple(shape)
+    key = (tuple(shape), tuple(tuple(to_ints(t, "shape")) for t in targets), tuple(allowzero))
+    got = _REPLAYS.get(key)
+    if got is None:
+        got = tuple(shape)
+        for t, az in zip(key[1], allowzero):
+            got = tuple(_reshape_target(np.broadcast_to(np.float32(0), got), list(t), int(az)))
+        if len(_REPLAYS) >= _REPLAYS_MAX:
+            _REPLAYS.clear()
+        _REPLAYS[key] = got
+    return got
+
+
+
 @kernel("Reshape", since=1)
 def reshape_1(data, *, shape=None, consumed_inputs=None):
     if shape is None:
