@@ -278,13 +278,12 @@ def _run_blocks(spans, blocks, R, sb, y, ldc, out, bias, col0=0, fill=True):
     kern = _state[0][2]
     for m0, mb in spans:
         c = m0 - col0
-        part = out[:, c:c + mb]
-        if not fill:
-            pass
-        elif bias is None:
-            part.fill(0)
-        else:
-            np.copyto(part, bias if bias.size == 1 else bias[m0:m0 + mb])
+        if fill:
+            part = out[:, c:c + mb]
+            if bias is None:
+                part.fill(0)
+            else:
+                np.copyto(part, bias if bias.size == 1 else bias[m0:m0 + mb])
         for i, (kb, addr) in enumerate(blocks):
             kern(mb, R, kb, 1.0, addr + 4 * m0 * kb, sb[i], y + 4 * c, ldc)
 
@@ -313,6 +312,11 @@ def _block(R: int, n: int):
     return full[:, :n], full
 
 
+def feature_spans(c0: int, c1: int, P: int):
+    """Features [c0, c1) as the kernel's ranges of at most ``P``: [(start, count), ...]."""
+    return [(m0, min(P, c1 - m0)) for m0 in range(c0, c1, P)]
+
+
 def _spans(N: int, R: int, T: int, P: int):
     """Per thread, the feature ranges it multiplies: an even share of the features (cut at multiples of 64, a whole
     number of the kernel's panels), as blocks of ``P`` when the rows are many (each block's weights stay in cache
@@ -326,7 +330,7 @@ def _spans(N: int, R: int, T: int, P: int):
         if c1 <= c0:
             continue
         if R >= _FEW_ROWS:
-            out.append([(m0, min(P, c1 - m0)) for m0 in range(c0, c1, P)])
+            out.append(feature_spans(c0, c1, P))
         else:
             out.append([(c0, c1 - c0)])
     return out
@@ -503,14 +507,13 @@ def matmul_split(x: np.ndarray, pw: PackedWeight, bias=None, epilogue=None, alig
     return outs if _run_shared(_run_block_then, parts) else None
 
 
-def _kpart(lo, hi, pw, src, R, y, bias):
+def _kpart(lo, hi, pw, src, R, y, bias, fill=True):
     """One thread's share of :func:`matmul_ksplit`: the depth blocks [lo, hi) of ``pw`` (their activations at
     ``src``: (address, row pitch) per block) packed on this thread and multiplied into ``y`` (rows, N), first set to
-    the bias (or zero)."""
+    the bias (or zero; ``fill=False``: added to what ``y`` holds)."""
     blocks = pw.blocks[lo:hi]
     sbuf, sb = _pack_rows(blocks, src[lo:hi], 0, R)  # (sbuf holds the packed rows sb points into)
-    N, P = pw.N, pw.P
-    _run_blocks([(m0, min(P, N - m0)) for m0 in range(0, N, P)], blocks, R, sb, y.ctypes.data, N, y, bias)
+    _run_blocks(feature_spans(0, pw.N, pw.P), blocks, R, sb, y.ctypes.data, pw.N, y, bias, fill=fill)
 
 
 def matmul_ksplit(pieces, pw: PackedWeight, bias=None):
@@ -562,14 +565,12 @@ def _ff_part(part, p1, R, sb, blk, c1, c0, epilogue, lo, hi, p2, y, c2):
         w = b.shape[1]
         _run_blocks([sp for sp in part if k0 <= sp[0] < k0 + w], p1.blocks, R, sb, b.ctypes.data, w, b, c1, k0)
         k0 += w
-    N, P = p2.N, p2.P
-    spans = [(m0, min(P, N - m0)) for m0 in range(0, N, P)]
+    src = [None] * len(p2.blocks)
     for j, b in enumerate(blk):
         if epilogue is not None:
             epilogue(b)
-        blocks = p2.blocks[lo + j:lo + j + 1]
-        sbuf, sb2 = _pack_rows(blocks, [(b.ctypes.data, b.shape[1])], 0, R)  # (sbuf holds what sb2 points into)
-        _run_blocks(spans, blocks, R, sb2, y.ctypes.data, N, y, c2, fill=j == 0)
+        src[lo + j] = (b.ctypes.data, b.shape[1])
+        _kpart(lo + j, lo + j + 1, p2, src, R, y, c2, fill=j == 0)
 
 
 STAGGER = True  # (test and measurement hook)

@@ -111,8 +111,8 @@ def _block_part(ctx, h0, h1, out_blocks, y, bias):
     for j in range(3):  # the heads' query, key and value columns of the projection, side by side
         c0 = j * D + h0 * H
         view = qkv[:, j * w:(j + 1) * w]
-        spans = [(m0, min(P, c0 + w - m0)) for m0 in range(c0, c0 + w, P)]
-        _packed._run_blocks(spans, pq.blocks, R, sb, view.ctypes.data, 3 * w, view, bq, c0)
+        _packed._run_blocks(_packed.feature_spans(c0, c0 + w, P), pq.blocks, R, sb, view.ctypes.data, 3 * w, view,
+                            bq, c0)
     nh = h1 - h0
     q, k, v = (qkv[:, j * w:(j + 1) * w].reshape(B, S, nh, H).transpose(0, 2, 1, 3) for j in range(3))
     a = additive
@@ -131,6 +131,15 @@ def _block_part(ctx, h0, h1, out_blocks, y, bias):
             src[i] = (o.ctypes.data + 4 * (k0 - h0 * H), w)
         k0 += kb
     _packed._kpart(lo, hi, po, src, R, y, bias)
+
+
+def _block_parts(t0, t1, ctx, N, T, blocks_per, ys, bout):
+    """The shares of threads [t0, t1) of T (``_packed.run_ranges`` gives each thread one; with the helpers busy the
+    calling thread runs them all, in the same order): thread t's heads, output depth blocks and partial sum ys[t],
+    the output bias on thread 0's."""
+    for t in range(t0, t1):
+        _block_part(ctx, N * t // T, N * (t + 1) // T, (t * blocks_per, (t + 1) * blocks_per), ys[t],
+                    bout if t == 0 else None)
 
 
 def _attention_block_specialize(consts, kwargs):
@@ -203,11 +212,9 @@ def _attention_block_specialize(consts, kwargs):
         sbuf, sb = _packed._pack_rows(pq.blocks, src, 0, R)  # (sbuf holds the packed rows sb points into)
         ctx = (pq, bq, sb, R, B, S, D, H, scale, additive, 0 if unidirectional else None, po)
         ys = [np.empty((R, Nout), dtype=_F32) for _ in range(T)]
-        parts = [(ctx, N * t // T, N * (t + 1) // T, (t * blocks_per, (t + 1) * blocks_per), ys[t],
-                  bo if t == 0 else None) for t in range(T)]
-        if T < 2 or not _packed._run_shared(_block_part, parts, _blas_api()):
-            for p in parts:  # (the helpers are busy: the same parts, in the same order, on this thread)
-                _block_part(*p)
+        args = (ctx, N, T, blocks_per, ys, bo)
+        if not _packed.run_ranges(_block_parts, T, T, *args):  # (OpenBLAS held to one thread meanwhile)
+            _block_parts(0, T, *args)  # (one thread, or the helpers busy: the same parts in the same order)
         y = ys[0]
         for other in ys[1:]:
             y += other
@@ -215,12 +222,6 @@ def _attention_block_specialize(consts, kwargs):
 
     run.releases = (1, 3)
     return run
-
-
-def _blas_api():
-    from ..execution.threads import _find_api
-
-    return _find_api() or None
 
 
 attention_block.specialize = _attention_block_specialize

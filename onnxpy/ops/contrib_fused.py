@@ -228,6 +228,17 @@ def _feed_forward_specialize(consts, kwargs):
     allowzero = kwargs.get("view_allowzero", 0)
     flat_az = kwargs.get("flat_allowzero", 0)
     epilogue = _gelu_tanh_in_place if tanh else _gelu_in_place
+
+    def check_views(rows, F, rest):  # (the Reshapes FeedForwardTanhFusion removed, when their targets came along)
+        if len(rest) > 4:
+            _check_view(rows, F, rest[4], allowzero, rest[5] if len(rest) > 5 else None, flat_az)
+
+    def gelu_whole(a):  # (the whole intermediate at once: split between the threads when large)
+        if tanh:
+            _gelu(a, None, "FastGelu", True, (0,))
+        else:
+            _fast.gelu_erf32(a, a)
+
     _, w1, c1, w2, c2 = consts[:5]
     if (any(c.dtype != _F32 for c in (w1, c1, w2, c2)) or w1.ndim != 2 or w2.ndim != 2 or c1.shape != (w1.shape[1],)
             or c2.shape != (w2.shape[1],) or w2.shape[0] != w1.shape[1]):
@@ -244,8 +255,7 @@ def _feed_forward_specialize(consts, kwargs):
                     rest[1] is not c1 or rest[3] is not c2):
                 return feed_forward(A, *[_packed.real(r) for r in rest], **kwargs)
             rows = A.size // H1
-            if len(rest) > 4:
-                _check_view(rows, p1.N, rest[4], allowzero, rest[5] if len(rest) > 5 else None, flat_az)
+            check_views(rows, p1.N, rest)
             a2 = A.reshape(rows, H1)
             if FF_ONE and FF_SPLIT and FF_KSPLIT:
                 y = _packed.matmul_chain(a2, p1, c1, epilogue, p2, c2)
@@ -258,10 +268,7 @@ def _feed_forward_specialize(consts, kwargs):
                 if ld > F:
                     hb[:, F:] = 0  # (spare columns: the GELU pass runs over them too)
                 h = _packed.matmul(a2, p1, c1, out=hb)
-                if tanh:
-                    _gelu(hb, None, "FastGelu", True, (0,))
-                else:
-                    _fast.gelu_erf32(hb, hb)
+                gelu_whole(hb)
                 # (the helpers were busy: the second product still sums in the split's order, so that a run's
                 # result does not depend on whether another run held the helpers)
                 cut = _packed.split_cut(rows, p1, p2.Q) if FF_SPLIT and FF_KSPLIT else None
@@ -286,15 +293,11 @@ def _feed_forward_specialize(consts, kwargs):
                 rest[0] is not w1 or rest[1] is not c1 or rest[2] is not w2 or rest[3] is not c2):
             return feed_forward(A, *rest, **kwargs)
         rows = A.size // H
-        if len(rest) > 4:
-            _check_view(rows, w1.shape[1], rest[4], allowzero, rest[5] if len(rest) > 5 else None, flat_az)
+        check_views(rows, w1.shape[1], rest)
         xt = np.ascontiguousarray(A.reshape(rows, H).T)  # (H, rows)
         ht = np.matmul(w1t, xt)  # (F, rows)
         ht += c1col
-        if tanh:
-            _gelu(ht, None, "FastGelu", True, (0,))
-        else:
-            _fast.gelu_erf32(ht, ht)
+        gelu_whole(ht)
         yt = np.matmul(w2t, ht)  # (H2, rows)
         out = np.empty((rows, H2), _F32)
         np.add(yt.T, c2, out=out)

@@ -481,13 +481,13 @@ class FeedForwardTanhFusion(AnchoredFusion):
         if _saving(ctx) or not _gemm_plain(g2, g):
             return None
         r2 = m.producer(g2.inputs[0])
-        if not _is(r2, "Reshape"):
+        if not _input_reshape(r2):
             return None
         act = m.producer(r2.inputs[0])
         if act is None or act.op_type != "FastGelu" or act.domain != MS:
             return None
         r1 = m.producer(act.inputs[0])
-        if not _is(r1, "Reshape") or len(r1.inputs) < 2 or not r1.inputs[1]:
+        if not _input_reshape(r1):
             return None
         g1 = m.producer(r1.inputs[0])
         if g1 is None or not _gemm_plain(g1, g):
@@ -499,7 +499,7 @@ class FeedForwardTanhFusion(AnchoredFusion):
             return None
         w1, w2 = g.initializers[g1.inputs[1]], g.initializers[g2.inputs[1]]
         F = w1.shape[1]
-        if w2.shape[0] != F or len(r2.inputs) < 2 or not r2.inputs[1]:
+        if w2.shape[0] != F:
             return None
         tgt = g.initializers.get(r2.inputs[1])
         # a constant [-1 or rows, F] gives the first product's shape back; any other target goes along, checked
@@ -514,10 +514,9 @@ class FeedForwardTanhFusion(AnchoredFusion):
                               g.initializers[n.inputs[1]].shape[1], extra) for n, extra in ((g1, fb), (g2, None))]
         sides = _Sides()
         F1 = [(0, F)]
-        view = F1 + [(1, int(r1.attrs.get("allowzero", 0)))]
         sides.add(readers[0], F1, [])
-        sides.add(readers[1] + readers[2], view, [r1.inputs[1]])
-        sides.add(readers[3], view + [(1, int(r2.attrs.get("allowzero", 0)))], [r1.inputs[1], r2.inputs[1]])
+        sides.add(readers[1] + readers[2], F1 + _reshape_steps([r1]), [r1.inputs[1]])
+        sides.add(readers[3], F1 + _reshape_steps([r1, r2]), [r1.inputs[1], r2.inputs[1]])
         sides.write(g, m, g1.inputs[0], ctx)
         # (the first Reshape's target goes along: the kernel raises what that Reshape would have raised)
         inputs = [g1.inputs[0], g1.inputs[1], biases[0], g2.inputs[1], biases[1], r1.inputs[1]]
@@ -546,6 +545,20 @@ def _projection(n, g):
     return None
 
 
+def _input_reshape(n) -> bool:
+    """A Reshape whose target shape is an input (opset 5 and later)."""
+    return _is(n, "Reshape") and len(n.inputs) == 2 and bool(n.inputs[1])
+
+
+def _chain_back(m, name):
+    """(the Reshapes producing ``name``, in order, the value they start from)."""
+    chain = []
+    while _input_reshape(n := m.producer(name)):
+        chain.append(n)
+        name = n.inputs[0]
+    return chain[::-1], name
+
+
 def _shape_readers(m, name, main):
     """The Shape nodes reading ``name`` besides its one other reader ``main``; None when anything else reads it (or it
     is a graph output).  A fused region keeps such Shape readers as ai.onnxpy.ShapeOf nodes (see ``_Sides``)."""
@@ -566,22 +579,16 @@ def _reshapes_back(m, name, reader):
     """The Reshapes (shape given as an input) producing ``name`` (read by ``reader``), back to the value they start
     from: (chain in order, start, {i: Shape nodes reading the value after the chain's first i Reshapes}); None when a
     value on the way has another reader."""
-    tensors, readers, chain = [name], [reader], []
-    while True:
-        n = m.producer(tensors[-1])
-        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1]):
-            break
-        chain.append(n)
-        readers.append(n)
-        tensors.append(n.inputs[0])
+    chain, start = _chain_back(m, name)
     sides = {}
-    for i, (t, rd) in enumerate(zip(tensors, readers)):
-        got = _shape_readers(m, t, rd)
+    values = [start] + [n.outputs[0] for n in chain]  # (the value after the chain's first i Reshapes)
+    for i, (v, rd) in enumerate(zip(values, chain + [reader])):
+        got = _shape_readers(m, v, rd)
         if got is None:
             return None
         if got:
-            sides[len(chain) - i] = got
-    return chain[::-1], tensors[-1], sides
+            sides[i] = got
+    return chain, start, sides
 
 
 def _reshapes_forward(m, name):
@@ -598,7 +605,7 @@ def _reshapes_forward(m, name):
         if got:
             sides[len(chain)] = got
         n = others[0]
-        if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[0] == name and n.inputs[1]):
+        if not (_input_reshape(n) and n.inputs[0] == name):
             return chain, name, n, sides
         chain.append(n)
         name = n.outputs[0]
@@ -626,14 +633,8 @@ class _Sides:
         # replayed from before the Reshapes that give the region's input its shape (TorchScript's flattening of
         # the [batch, seq, hidden] activations): the ShapeOf nodes then join the shape chains of that value, which
         # the executor runs once per input shape
-        head, head_t = [], []
-        while True:
-            n = m.producer(x)
-            if not (_is(n, "Reshape") and len(n.inputs) == 2 and n.inputs[1]):
-                break
-            head = [(1, int(n.attrs.get("allowzero", 0)))] + head
-            head_t = [n.inputs[1]] + head_t
-            x = n.inputs[0]
+        flatten, x = _chain_back(m, x)
+        head, head_t = _reshape_steps(flatten), _targets_of(flatten)[0]
         where = {id(n): i for i, n in enumerate(g.nodes)}
         for n, path, targets in self.items:
             path, targets = head + path, head_t + targets
