@@ -219,7 +219,7 @@ def _fortran_reader(n, name: str) -> bool:
     """``n`` reads ``name`` as a GEMM weight that runs fastest Fortran-ordered."""
     key = (n.domain, n.op_type)
     if key == _FORTRAN_FF:
-        return len(n.inputs) in (5, 6) and name in (n.inputs[1], n.inputs[3])
+        return 5 <= len(n.inputs) <= 7 and name in (n.inputs[1], n.inputs[3])  # (6, 7: the tanh form's view shapes)
     return n.inputs[1:2] == [name] and (
         key in _FORTRAN_READERS or n.op_type == "Gemm" and n.domain in ("", "ai.onnx") and not n.attrs.get("transB", 0))
 

@@ -736,6 +736,21 @@ def test_feed_forward_tanh_fusion_vs_unfused_and_ort(biases, gelu_bias, ts, rows
     np.testing.assert_allclose(got[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("ts", [False, True])
+def test_feed_forward_tanh_weights_fortran_ordered_unpacked(ts):
+    """Without prepacking, the fused MLP's weights take the Fortran layout its transposed GEMMs run fastest, with one
+    or both view shapes as inputs (six or seven)."""
+    mb, feeds = _gpt2_mlp_model(ts_shapes=ts, rows=(2, 70), h=256, f=512)  # (64K+ elements each)
+    so = onnxpy.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    s = onnxpy.InferenceSession(mb, so)
+    ff = next(n for n in s._plan.graph.nodes if n.op_type == "FeedForward")
+    assert len(ff.inputs) == (7 if ts else 6)
+    inits = s._state.plan.graph.initializers
+    assert inits["w1"].flags.f_contiguous and inits["w2"].flags.f_contiguous
+    np.testing.assert_allclose(s.run(None, feeds)[0], _ort(mb, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("case", ["target", "zero_target", "trans_b", "extra_reader"])
 def test_feed_forward_tanh_fusion_guards(case):
     kw = {"target": dict(target=(-1, 64)), "zero_target": dict(target=(0, None), allowzero=0, rows=(14, 1)),
