@@ -7,8 +7,9 @@ every run and reads the weight from memory at a slower rate than the kernel woul
 packed in advance ran at 179-204.  So a constant float32 weight of a MatMul-family node is packed at plan time with
 OpenBLAS's own packing routine (``sgemm_itcopy_<core>``, the layout of the core OpenBLAS selected), the original is
 released (see ``plan.py``: the packed copy replaces it, so memory does not grow), and each product packs only the
-activations (``sgemm_oncopy_<core>``) and calls the micro-kernel (``sgemm_kernel_<core>``) per block of weight rows,
-the blocks shared between the calling thread and helper threads (ctypes releases the GIL during each call).
+activations (``sgemm_oncopy_<core>``) and calls the micro-kernel (``sgemm_kernel_<core>``, or onnxpy's own AVX-512 one
+over the same operands where the CPU has it, see ``_native.py``) per block of weight rows, the blocks shared between
+the calling thread and helper threads (ctypes releases the GIL during each call).
 
 OpenBLAS's idle worker threads spin for ~2^28 cycles after each call before they sleep; spinning, the worker holds
 the core a helper thread needs (measured: products 1.5x slower than with one thread).  Before the first weight is
@@ -39,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from . import _blas
+from . import _blas, _native
 
 __all__ = ["available", "bound", "enabled", "matmul", "matmul_rows", "matmul_split", "matmul_ksplit", "out_pitch",
            "pack", "prepack_enabled", "prepacking", "real", "run_ranges", "split_cut", "split_matmul", "stacked_matmul",
@@ -69,8 +70,9 @@ _state: list = [None]  # None: not tried; "retry": try again later; False: unava
 
 
 def _bind():
-    """(itcopy, oncopy, kernel, incopy, otcopy) of the core numpy's OpenBLAS runs; "retry" when OpenBLAS's threads
-    cannot be quieted now; None when the kernels cannot be used."""
+    """(itcopy, oncopy, kernel, incopy, otcopy, OpenBLAS's kernel) of the core numpy's OpenBLAS runs (the kernel
+    used is onnxpy's own where it runs, see ``_native.py``); "retry" when OpenBLAS's threads cannot be quieted now;
+    None when the kernels cannot be used."""
     if not enabled():
         return None
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
@@ -97,7 +99,8 @@ def _bind():
     quiet = _quiet_threads(lib)
     if not quiet:
         return "retry" if quiet is None else None
-    return itcopy, oncopy, kern, incopy, otcopy
+    # (onnxpy's own AVX-512 kernel where it runs: same operands, same bits, faster; see _native.py)
+    return itcopy, oncopy, _native.sgemm_kernel() or kern, incopy, otcopy, kern
 
 
 def _quiet_threads(lib):
@@ -684,7 +687,7 @@ def _mat(a: np.ndarray):
 
 
 def _stack_part(heads, a, lda, sa_h, trans_a, b, ldb, sb_h, trans_b, c, ldc, sc_h, M, N, K):
-    itcopy, oncopy, kern, incopy, otcopy = _state[0]
+    itcopy, oncopy, kern, incopy, otcopy = _state[0][:5]
     pa = _aligned(N * K)  # packed op(B)^T (the kernel's A)
     pb = _aligned(K * M)  # packed op(A)^T (the kernel's B)
     pa_p, pb_p = pa.ctypes.data, pb.ctypes.data
