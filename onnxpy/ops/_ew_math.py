@@ -24,6 +24,8 @@ import math as _math
 
 import numpy as np
 
+from . import _native
+
 BLOCK = 16384
 
 _F32 = np.dtype(np.float32)
@@ -172,9 +174,37 @@ GELU_BLOCK = 65536  # elements per block: 4 blocks of 256 KiB (source, result, t
 # in-model A/B against 16384: BERT-base 0.964-0.975x, MiniLM 0.95-0.99x (fewer calls per pass), 131072+ slower
 
 
+# The GELUs' native forms (``_native.py``: the same formulas and roundings, exp2 in machine code, one pass over the
+# elements with the GIL released; test and measurement hook)
+NATIVE = True
+_native_tables: dict = {}
+
+
+def native_gelu(src: np.ndarray, dst: np.ndarray, poly: tuple = _GH, name: str = "gelu_erf_f32") -> bool:
+    """x / (1 + 2^(x P(x^2))) of float32 ``src`` into ``dst`` (same size, both C-contiguous; dst may be src) by the
+    native kernel ``name`` with coefficients ``poly`` (constant term first); False, doing nothing, where that kernel
+    is not used (no AVX-512, turned off) -- the caller then runs the numpy passes."""
+    if (not NATIVE or src.dtype != _F32 or dst.dtype != _F32 or src.size != dst.size or not src.flags.c_contiguous
+            or not dst.flags.c_contiguous):
+        return False
+    fn = _native.function(name)
+    if fn is None:
+        return False
+    table = _native_tables.get(poly)
+    if table is None:
+        table = np.zeros(8 + len(_native.EXP2_TABLE), dtype=_F32)
+        table[:len(poly)] = poly
+        table[8:] = _native.EXP2_TABLE
+        _native_tables[poly] = table
+    fn(src.size, src.ctypes.data, dst.ctypes.data, table.ctypes.data)
+    return True
+
+
 def gelu_erf32_into(x: np.ndarray, out: np.ndarray, u: np.ndarray, p: np.ndarray) -> None:
     """out = x Phi(x) for equal-length 1-D float32 blocks; ``u``/``p`` are scratch of the same length (out may be
     x itself).  Floating-point warnings are the caller's business (exp overflows to inf for x < -9.5, giving -0)."""
+    if native_gelu(x, out):
+        return
     np.multiply(x, x, out=u)
     g = _GH
     np.multiply(u, g[6], out=p)
@@ -209,6 +239,8 @@ def split_passes(part, n: int, *args) -> bool:
 
 
 def _gelu_part(lo, hi, fs, fd):
+    if native_gelu(fs[lo:hi], fd[lo:hi]):
+        return
     n = hi - lo
     u = np.empty(n, dtype=_F32)
     p = np.empty(n, dtype=_F32)
@@ -222,7 +254,7 @@ def gelu_erf32(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     n = src.size
     fs = src.reshape(-1)
     fd = dst.reshape(-1)
-    if n and not split_passes(_gelu_part, n, fs, fd):
+    if n and not split_passes(_gelu_part, n, fs, fd) and not native_gelu(fs, fd):
         b = min(n, GELU_BLOCK)
         u = np.empty(b, dtype=_F32)
         p = np.empty(b, dtype=_F32)

@@ -1,4 +1,5 @@
-"""onnxpy's own GEMM micro-kernel for x86-64 with AVX-512, loaded from machine code shipped in the wheel.
+"""onnxpy's own kernels for x86-64 with AVX-512 (the packed products' GEMM micro-kernel, GELU, LayerNorm), loaded
+from machine code shipped in the wheel.
 
 The packed products (``_packed.py``) multiply constant weights packed once in OpenBLAS's layout by calling a
 micro-kernel per block.  OpenBLAS's SkylakeX kernel reaches ~89% of a core's peak on the benchmark machine (AMD EPYC,
@@ -7,6 +8,8 @@ Zen 4: 104 of 116-117 GFLOP/s with both operands in L2, 99-102 with the weights 
 operands in larger register tiles (3 panels of 16 features x 8 rows: 24 accumulators, 11 loads per 24 multiply-adds)
 and reaches 111-112 and 105-107: the products of BERT-base's and GPT-2's layers run 1.5-6% faster on two threads.
 It accumulates every output in the same order as OpenBLAS's kernel, so the results are the same bits.
+``tools/native/kernels_avx512.c`` holds the exact and tanh GELU (the numpy passes' formulas, exp2 in registers:
+``_ew_math.native_gelu``) and the row normalizations (``normalization.native_rows``).
 
 The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' position-independent machine code
 (no relocations, no data, no calls out; ``tools/native/build.py`` builds it and checks that), which is copied into an
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import sys
@@ -36,7 +40,13 @@ _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 # the exported functions' C signatures (ctypes releases the GIL for the call)
 SIGNATURES = {
     "sgemm_kernel": ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _F32, _PTR, _PTR, _PTR, _I64),
+    "gelu_erf_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
+    "gelu_tanh_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
+    "layer_norm_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
 }
+# 2^f on [-0.5, 0.5] as its Taylor polynomial of degree 7 (relative error below 1e-8), constant term first, then
+# the bound exp2's argument is clamped to (2^160 overflows, 2^-160 underflows, as unclamped): the native exp2's table
+EXP2_TABLE = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(8)) + (160.0,)
 _lock = threading.Lock()
 _state: list = [None]  # None: not tried; False: unavailable; else {name: ctypes function}
 

@@ -67,7 +67,18 @@ def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified, donated=
     g = _vec(gamma, D, op, "gamma", cd)
     b = _vec(beta, D, op, "beta", cd)
     bi = _vec(bias, D, op, "bias", cd)
-    if 0 in donated and x.dtype == cd and s.dtype == cd and x.flags.writeable and x.flags.c_contiguous:
+    rows = math.prod(x.shape[:-1])
+    only_y = output_names is not None and not any(output_names[1:])  # only the normalized output is used
+    own = 0 in donated and x.dtype == cd and s.dtype == cd and x.flags.writeable and x.flags.c_contiguous
+    if only_y and x.dtype == _F32 and s.dtype == _F32 and s.ndim <= x.ndim and (s.ndim < 3 or s.shape[0] == 1
+                                                                                or s.shape[0] == x.shape[0]):
+        # (one native pass per row: the sum, its statistics and the affine; None where it does not apply)
+        x2 = x.reshape(rows, D)
+        y = _norm.native_rows(x2, epsilon, g, b, x2 if own and _norm.IN_PLACE else None, skip=s.reshape(-1, D),
+                              bias=bi, simplified=simplified)
+        if y is not None:
+            return y.reshape(x.shape)
+    if own:
         total = np.add(x, s, out=x)  # x dies here and is ours (see registry: _donated)
     elif x.dtype != cd and cd == _F32 and s.dtype == x.dtype:
         total = _fast.to_f32(x)  # fresh (x is narrower): converted once each, then summed in place
@@ -76,9 +87,18 @@ def _skip_norm(op, input, skip, gamma, beta, bias, epsilon, simplified, donated=
         total = np.add(x, s, dtype=cd)
     if bi is not None:
         total += bi
-    rows = math.prod(x.shape[:-1])
-    only_y = output_names is not None and not any(output_names[1:])  # only the normalized output is used
     t2 = total.reshape(rows, D)
+    if total.dtype == _F32:  # (the native pass over the sum: the same values as the fused pass above)
+        stats = None if only_y else np.empty((rows, 2), dtype=_F32)
+        y = _norm.native_rows(t2, epsilon, g, b, t2 if only_y and _norm.IN_PLACE else None, simplified=simplified,
+                              stats=stats)
+        if y is not None:
+            y = y.reshape(x.shape).astype(x.dtype, copy=False)
+            if only_y:
+                return y
+            stat_shape = x.shape[:-1] + (1,)
+            return (y, stats[:, 0].reshape(stat_shape), stats[:, 1].reshape(stat_shape),
+                    total.astype(x.dtype, copy=False))
     # (total is this call's own array, the donated input or a fresh sum: with the sum not wanted as an output, the
     # rows are normalized in place, one buffer touched instead of two: BERT-base's 25 SkipLayerNorms 6.1 -> 4.5 ms)
     y, mean, inv = _layer_norm_rows(t2, epsilon, simplified, t2 if only_y and _norm.IN_PLACE else None)

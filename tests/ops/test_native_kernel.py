@@ -132,3 +132,112 @@ def test_generator_matches_the_committed_source():
         sys.path.remove(tools)
     with open(os.path.join(tools, "sgemm_avx512.c")) as f:
         assert f.read() == gen_sgemm.source()
+
+
+# -- the element-wise and row kernels ----------------------------------------------------------------------------
+def _native_or_skip(name):
+    if _native.function(name) is None:
+        pytest.skip("native kernels are not used here")
+
+
+SPECIAL = np.array([0, -0.0, 1e-30, -1e-30, 1e-40, 5, -5, 9.4, -9.4, -9.6, -10, -20, -100, 20, 100, 1e30, -1e30,
+                    3.4e38, np.inf, -np.inf, np.nan], np.float32)
+
+
+@pytest.mark.parametrize("tanh", [False, True])
+def test_native_gelu_matches_the_numpy_passes(tanh):
+    from onnxpy.ops import _ew_math, activations
+
+    _native_or_skip("gelu_tanh_f32" if tanh else "gelu_erf_f32")
+    x = np.concatenate([RNG.standard_normal(100_003).astype(np.float32) * 4, SPECIAL])
+
+    def run(native):
+        saved = _ew_math.NATIVE
+        _ew_math.NATIVE = native
+        try:
+            with np.errstate(all="ignore"):
+                if tanh:
+                    return activations._gelu_tanh_block(x.copy())
+                out = np.empty_like(x)
+                _ew_math.gelu_erf32_into(x, out, np.empty_like(x), np.empty_like(x))
+                return out
+        finally:
+            _ew_math.NATIVE = saved
+
+    got, want = run(True), run(False)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(got[~fin], want[~fin])
+    assert np.max(np.abs(got[fin].astype(np.float64) - want[fin])) <= 1e-6  # (exp2 may differ in its last bit)
+    if not tanh:  # ... and as close to the exact GELU as the numpy passes
+        import math
+
+        xd = x[fin].astype(np.float64)
+        exact = xd * 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in xd]))
+        assert np.max(np.abs(got[fin] - exact)) <= 1e-6
+
+
+def test_native_gelu_in_place_and_odd_lengths():
+    from onnxpy.ops import _ew_math
+
+    _native_or_skip("gelu_erf_f32")
+    for n in (1, 15, 16, 17, 33, 1000):
+        x = RNG.standard_normal(n + 3).astype(np.float32)
+        ref = np.empty(n, np.float32)
+        assert _ew_math.native_gelu(x[:n], ref)
+        y = x.copy()
+        assert _ew_math.native_gelu(y[:n], y[:n])  # (in place; the elements past n untouched)
+        np.testing.assert_array_equal(y[:n], ref)
+        np.testing.assert_array_equal(y[n:], x[n:])
+    assert not _ew_math.native_gelu(x[::2], np.empty(x[::2].size, np.float32))  # (strided: the numpy passes)
+    assert not _ew_math.native_gelu(x.astype(np.float64), np.empty(x.size))
+
+
+def _ln_ref(t, g, b, eps, simplified):
+    t = t.astype(np.float64)
+    if simplified:
+        return t / np.sqrt((t * t).mean(-1, keepdims=True) + eps) * g
+    y = (t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + eps) * g
+    return y if b is None else y + b
+
+
+@pytest.mark.parametrize("D", [1, 7, 16, 31, 768, 1000])
+@pytest.mark.parametrize("simplified", [False, True])
+def test_native_layer_norm_rows(D, simplified):
+    from onnxpy.ops import normalization as nz
+
+    _native_or_skip("layer_norm_f32")
+    rows = 12
+    x = (RNG.standard_normal((rows, D)) * 3 + 5).astype(np.float32)
+    g, b, bias = (RNG.standard_normal(D).astype(np.float32) for _ in range(3))
+    beta = None if simplified else b
+    y = nz.native_rows(x, 1e-5, g, beta, simplified=simplified)
+    np.testing.assert_allclose(y, _ln_ref(x, g, beta, 1e-5, simplified), rtol=1e-5, atol=2e-5)
+    for skip in (RNG.standard_normal((rows, D)).astype(np.float32), RNG.standard_normal((4, D)).astype(np.float32)):
+        stats = np.empty((rows, 2), np.float32)
+        xc = x.copy()
+        y = nz.native_rows(xc, 1e-5, g, beta, xc, skip=skip, bias=bias, simplified=simplified, stats=stats)
+        assert y is xc
+        t = x + np.tile(skip, (rows // skip.shape[0], 1)) + bias
+        np.testing.assert_allclose(y, _ln_ref(t, g, beta, 1e-5, simplified), rtol=1e-5, atol=2e-5)
+        inv = 1 / np.sqrt((t.astype(np.float64) ** 2).mean(-1) + 1e-5) if simplified else 1 / np.sqrt(
+            t.astype(np.float64).var(-1) + 1e-5)
+        np.testing.assert_allclose(stats[:, 1], inv, rtol=1e-6)
+        np.testing.assert_allclose(stats[:, 0], 0 if simplified else t.astype(np.float64).mean(-1), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def test_native_layer_norm_declines_and_propagates_nan():
+    from onnxpy.ops import normalization as nz
+
+    _native_or_skip("layer_norm_f32")
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    g = np.ones(8, np.float32)
+    assert nz.native_rows(np.asfortranarray(x), 1e-5, g) is None  # (not C-contiguous)
+    assert nz.native_rows(x, 1e-5, np.ones(7, np.float32)) is None  # (gamma of another length)
+    assert nz.native_rows(x.astype(np.float64), 1e-5, g) is None
+    assert nz.native_rows(x, 1e-5, g, skip=np.ones((3, 8), np.float32)) is None  # (3 does not divide 4 rows)
+    x[1, 3] = np.nan
+    y = nz.native_rows(x, 1e-5, g)
+    assert np.isnan(y[1]).all() and np.isfinite(np.delete(y, 1, 0)).all()

@@ -24,9 +24,9 @@ sys.path.insert(0, HERE)
 
 import gen_sgemm  # noqa: E402
 
-SOURCES = ["sgemm_avx512.c"]
-FLAGS = ["-O3", "-mavx512f", "-mfma", "-fPIC", "-fno-stack-protector", "-fno-asynchronous-unwind-tables",
-         "-ffreestanding", "-fcf-protection=none", "-fno-plt"]
+SOURCES = ["sgemm_avx512.c", "kernels_avx512.c"]
+FLAGS = ["-O3", "-mavx512f", "-mfma", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-fno-stack-protector",
+         "-fno-asynchronous-unwind-tables", "-ffreestanding", "-fcf-protection=none", "-fno-plt"]
 OUT = os.path.join(ROOT, "onnxpy", "ops", "_native_code.py")
 
 
