@@ -9,7 +9,8 @@ operands in larger register tiles (3 panels of 16 features x 8 rows: 24 accumula
 and reaches 111-112 and 105-107: the products of BERT-base's and GPT-2's layers run 1.5-6% faster on two threads.
 It accumulates every output in the same order as OpenBLAS's kernel, so the results are the same bits.
 ``tools/native/kernels_avx512.c`` holds the exact and tanh GELU (the numpy passes' formulas, exp2 in registers:
-``_ew_math.native_gelu``) and the row normalizations (``normalization.native_rows``).
+``_ew_math.native_gelu``), the row normalizations (``normalization.native_rows``) and depthwise convolutions
+(``conv._depthwise2d_native``).
 
 The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' position-independent machine code
 (no relocations, no data, no calls out; ``tools/native/build.py`` builds it and checks that), which is copied into an
@@ -43,6 +44,7 @@ SIGNATURES = {
     "gelu_erf_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "gelu_tanh_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "layer_norm_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
+    "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR),
 }
 # 2^f on [-0.5, 0.5] as its Taylor polynomial of degree 7 (relative error below 1e-8), constant term first, then
 # the bound exp2's argument is clamped to (2^160 overflows, 2^-160 underflows, as unclamped): the native exp2's table

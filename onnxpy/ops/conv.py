@@ -23,7 +23,7 @@ from ._spatial import (
     strided_view,
     windows,
 )
-from . import _blas
+from . import _blas, _native
 from . import _conv_packed
 from . import _packed
 from .linalg import _dot2
@@ -542,6 +542,56 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
     if B is not None:  # crop and bias in one pass
         return np.add(res[..., :Wo], B.reshape(M, 1, 1), out=np.empty((N, M, Ho, Wo), dtype=res.dtype))
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
+
+
+# Depthwise convolutions (one filter per channel) run as the native kernel where it is used (``_native.py``: each
+# output row 16 columns at a time, every tap one multiply-add on a masked load, no padded copy; test and measurement
+# hook)
+DW_NATIVE = True
+_EVEN_LANES = np.arange(0, 32, 2, dtype=np.int32)
+
+
+# ... and split their channels between the calling thread and a helper (the kernel runs without the GIL) from this
+# many multiply-adds on (a helper's wake-up costs ~20-50 us on the benchmark VM; ~0.1 ns per multiply-add)
+_DW_SPLIT_MIN = 1 << 21
+
+
+def _dw_native_part(lo, hi, fn, x, wc, bc, args, out, tail):
+    """Channels [lo, hi) of a single image (``args``: the kernel's arguments from the strides to the output width;
+    ``tail``: those after the output)."""
+    _, _, H, W = x.shape
+    _, _, KH, KW = wc.shape
+    fn(hi - lo, hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, wc.ctypes.data + 4 * lo * KH * KW,
+       None if bc is None else bc.ctypes.data + 4 * lo, KH, KW, *args,
+       out.ctypes.data + 4 * lo * out.shape[2] * out.shape[3], *tail)
+
+
+def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, acc=False):
+    """Float32 depthwise convolution (w: (C, 1, KH, KW), column stride 1 or 2) by the native kernel, into ``out``
+    (added to it with ``acc``) or a fresh array; None where the kernel is not used (the caller's paths then run)."""
+    if (not DW_NATIVE or x.dtype != _F32 or w.dtype != _F32 or strides[1] > 2 or B is not None and B.dtype != _F32
+            or not x.flags.c_contiguous):
+        return None
+    fn = _native.function("dwconv2d_f32")
+    if fn is None:
+        return None
+    N, C, H, W = x.shape
+    KH, KW = w.shape[2:]
+    Ho, Wo = out_shape
+    if out is None:
+        out = np.zeros((N, C, Ho, Wo), dtype=_F32) if acc else np.empty((N, C, Ho, Wo), dtype=_F32)
+    elif out.dtype != _F32 or not out.flags.c_contiguous or out.shape != (N, C, Ho, Wo):
+        return None
+    wc = np.ascontiguousarray(w)
+    bc = None if B is None else np.ascontiguousarray(B)
+    args = (strides[0], strides[1], dilations[0], dilations[1], pb[0], pb[1], Ho, Wo)
+    tail = (int(acc), _EVEN_LANES.ctypes.data)
+    if N == 1 and C > 1 and C * Ho * Wo * KH * KW >= _DW_SPLIT_MIN and _packed.run_ranges(
+            _dw_native_part, C, _packed._blas_threads(), fn, x, wc, bc, args, out, tail, single_blas=False):
+        return out
+    fn(N * C, C, H, W, x.ctypes.data, wc.ctypes.data, None if bc is None else bc.ctypes.data, KH, KW, *args,
+       out.ctypes.data, *tail)
+    return out
 
 
 def _dw_axpy_ok(x, w, pb, pe, strides, out_shape, group) -> bool:
@@ -1257,6 +1307,10 @@ def _conv2d_fast(x, w, B, pb, pe, strides, dilations, group, wkey, out=None, acc
             x = np.ascontiguousarray(x[:, :, ::strides[0], ::strides[1]])
         return _conv1x1(x, w, B, group, wkey, out, acc)
     if Cg == 1 and group > 1:
+        if M == group:
+            res = _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out, acc)
+            if res is not None:
+                return res
         P = out_shape[0] * out_shape[1]
         if _dw_axpy_ok(x, w, pb, pe, strides, out_shape, group):  # large planes (PP-OCR's detector)
             return _into(_depthwise2d_axpy(x, w, B, pb, pe, strides, dilations, out_shape), out, acc)

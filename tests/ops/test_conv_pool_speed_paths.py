@@ -16,6 +16,13 @@ from onnxpy.ops import conv as conv_mod
 from onnxpy.ops import pool as pool_mod
 from onnxpy.ops import _packed
 
+
+@pytest.fixture(autouse=True)
+def _numpy_depthwise_paths(monkeypatch):
+    """These tests cover the numpy depthwise paths (machines without the native kernel run them); the native kernel
+    is checked against them in test_native_kernel.py."""
+    monkeypatch.setattr(conv_mod, "DW_NATIVE", False)
+
 ort = pytest.importorskip("onnxruntime")
 
 RNG = np.random.default_rng(20240611)

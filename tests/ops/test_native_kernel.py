@@ -241,3 +241,63 @@ def test_native_layer_norm_declines_and_propagates_nan():
     x[1, 3] = np.nan
     y = nz.native_rows(x, 1e-5, g)
     assert np.isnan(y[1]).all() and np.isfinite(np.delete(y, 1, 0)).all()
+
+
+DW_CASES = [  # (N, C, H, W), K (KH, KW), pads (top, left, bottom, right), strides, dilations
+    ((1, 24, 56, 56), (3, 3), (1, 1, 1, 1), (2, 2), (1, 1)),
+    ((1, 40, 28, 28), (3, 3), (1, 1, 1, 1), (1, 1), (1, 1)),
+    ((2, 17, 9, 13), (5, 5), (2, 1, 0, 2), (1, 2), (1, 1)),
+    ((1, 8, 30, 31), (3, 3), (2, 2, 2, 2), (2, 2), (2, 2)),
+    ((1, 33, 7, 7), (3, 3), (1, 1, 1, 1), (1, 1), (1, 1)),
+    ((1, 4, 1, 40), (1, 3), (0, 1, 0, 1), (1, 1), (1, 1)),
+    ((1, 5, 20, 3), (3, 1), (1, 0, 1, 0), (3, 1), (1, 1)),
+    ((1, 16, 40, 70), (7, 7), (3, 3, 3, 3), (2, 1), (1, 1)),
+    ((1, 6, 12, 17), (2, 3), (0, 0, 0, 0), (2, 2), (1, 3)),
+    ((1, 3, 50, 50), (3, 3), (0, 5, 2, 0), (1, 1), (1, 1)),  # (pads wider than the filter: rows of zeros)
+]
+
+
+@pytest.mark.parametrize("case", DW_CASES)
+@pytest.mark.parametrize("mode", ["fresh", "acc", "split"])
+def test_native_depthwise_matches_the_numpy_paths(case, mode, monkeypatch):
+    from onnxpy.ops import conv
+
+    _native_or_skip("dwconv2d_f32")
+    shp, (KH, KW), pads, s, d = case
+    N, C, H, W = shp
+    x = RNG.standard_normal(shp).astype(np.float32)
+    w = RNG.standard_normal((C, 1, KH, KW)).astype(np.float32)
+    B = None if mode == "acc" else RNG.standard_normal(C).astype(np.float32)
+    pb, pe = pads[:2], pads[2:]
+    Ho = (H + pb[0] + pe[0] - d[0] * (KH - 1) - 1) // s[0] + 1
+    Wo = (W + pb[1] + pe[1] - d[1] * (KW - 1) - 1) // s[1] + 1
+    monkeypatch.setattr(conv, "DW_NATIVE", False)
+    want = conv._conv2d_fast(x, w, B, pb, pe, s, d, C, (None, None))
+    if want is None:
+        want = conv.conv(x, w, B, pads=list(pb) + list(pe), strides=list(s), dilations=list(d), group=C)
+    monkeypatch.setattr(conv, "DW_NATIVE", True)
+    if mode == "split":
+        monkeypatch.setattr(conv, "_DW_SPLIT_MIN", 0)
+    out = None
+    if mode == "acc":
+        base = RNG.standard_normal((N, C, Ho, Wo)).astype(np.float32)
+        out = base.copy()
+        want = want + base
+    got = conv._depthwise2d_native(x, w, B, pb, s, d, (Ho, Wo), out, mode == "acc")
+    assert got is not None and got.shape == want.shape
+    if out is not None:
+        assert got is out
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_native_depthwise_declines():
+    from onnxpy.ops import conv
+
+    _native_or_skip("dwconv2d_f32")
+    x = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    assert conv._depthwise2d_native(x, w, None, (1, 1), (1, 3), (1, 1), (9, 3)) is None  # (column stride 3)
+    assert conv._depthwise2d_native(x.astype(np.float64), w, None, (1, 1), (1, 1), (1, 1), (9, 9)) is None
+    assert conv._depthwise2d_native(x[:, :, :, ::2], w, None, (1, 1), (1, 1), (1, 1), (9, 5)) is None
+    bad_out = np.empty((1, 4, 9, 9), np.float32, order="F")
+    assert conv._depthwise2d_native(x, w, None, (1, 1), (1, 1), (1, 1), (9, 9), bad_out) is None

@@ -154,3 +154,86 @@ void layer_norm_f32(long rows, long d, const float *x, const float *skip, long s
         }
     }
 }
+
+/* The lanes i of a 16-wide load at column c0 with 0 <= c0 + i < W. */
+static inline __mmask16 bounds_mask(long c0, long W)
+{
+    long lo = c0 < 0 ? -c0 : 0, hi = W - c0 < 16 ? W - c0 : 16;
+    if (hi <= lo) return 0;
+    return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* Depthwise 2-D convolution (one filter per channel) of `planes` planes (batch x channels) of H x W floats, filter
+   w (C, KH, KW), channel = plane % C, strides sh and sw (sw 1 or 2), dilations dh and dw, top/left pads pt and pl
+   (rows and columns outside the image read as zero; the bottom/right pads follow from Ho and Wo), into y (planes,
+   Ho, Wo): y = conv + bias, or y += conv + bias with `accumulate`.  Four output rows are built together, 16 columns
+   at a time (four independent multiply-add chains), every tap one multiply-add per row on a masked load of its
+   input columns (stride 2: two loads and an even-lane permute with `even`, the int32 lane indices 0, 2, ..., 30);
+   no padded copy.  bias may be null. */
+#define DW_ROWS 4
+void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const float *w, const float *bias, long KH,
+                  long KW, long sh, long sw, long dh, long dw, long pt, long pl, long Ho, long Wo, float *y,
+                  long accumulate, const int *restrict even)
+{
+    __m512i ev = _mm512_loadu_si512((const void *)even);
+    for (long p = 0; p < planes; p++) {
+        long c = p % C;
+        const float *xp = x + p * H * W, *wc = w + c * KH * KW;
+        float *yp = y + p * Ho * Wo;
+        __m512 b = bias ? _mm512_set1_ps(bias[c]) : _mm512_setzero_ps();
+        for (long oy = 0; oy < Ho; oy += DW_ROWS) {
+            long nr = Ho - oy < DW_ROWS ? Ho - oy : DW_ROWS;
+            for (long ox0 = 0; ox0 < Wo; ox0 += 16) {
+                __m512 acc[DW_ROWS];
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < DW_ROWS; r++) acc[r] = _mm512_setzero_ps();
+                for (long ky = 0; ky < KH; ky++) {
+                    const float *rows[DW_ROWS];
+                    _Pragma("GCC unroll 4")
+                    for (int r = 0; r < DW_ROWS; r++) {
+                        long iy = (oy + r) * sh - pt + ky * dh;
+                        rows[r] = (r < nr && iy >= 0 && iy < H) ? xp + iy * W : 0;
+                    }
+                    const float *wk = wc + ky * KW;
+                    if (sw == 1) {
+                        for (long kx = 0, c0 = ox0 - pl; kx < KW; kx++, c0 += dw) {
+                            __m512 wv = _mm512_set1_ps(wk[kx]);
+                            if (c0 >= 0 && c0 + 16 <= W) {  /* (inside the row: plain loads) */
+                                _Pragma("GCC unroll 4")
+                                for (int r = 0; r < DW_ROWS; r++)
+                                    if (rows[r]) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(rows[r] + c0), wv, acc[r]);
+                            } else {
+                                __mmask16 m = bounds_mask(c0, W);
+                                _Pragma("GCC unroll 4")
+                                for (int r = 0; r < DW_ROWS; r++)
+                                    if (rows[r])
+                                        acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rows[r] + c0), wv, acc[r]);
+                            }
+                        }
+                    } else {
+                        for (long kx = 0, c0 = 2 * ox0 - pl; kx < KW; kx++, c0 += dw) {
+                            __m512 wv = _mm512_set1_ps(wk[kx]);
+                            __mmask16 m0 = bounds_mask(c0, W), m1 = bounds_mask(c0 + 16, W);
+                            _Pragma("GCC unroll 4")
+                            for (int r = 0; r < DW_ROWS; r++)
+                                if (rows[r]) {
+                                    __m512 lo = _mm512_maskz_loadu_ps(m0, rows[r] + c0);
+                                    __m512 hi = _mm512_maskz_loadu_ps(m1, rows[r] + c0 + 16);
+                                    acc[r] = _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, ev, hi), wv, acc[r]);
+                                }
+                        }
+                    }
+                }
+                __mmask16 om = tail_mask(Wo - ox0);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < DW_ROWS; r++) {
+                    if (r >= nr) break;
+                    float *o = yp + (oy + r) * Wo + ox0;
+                    __m512 v = _mm512_add_ps(acc[r], b);
+                    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(om, o), v);
+                    _mm512_mask_storeu_ps(o, om, v);
+                }
+            }
+        }
+    }
+}
