@@ -9,8 +9,8 @@ operands in larger register tiles (3 panels of 16 features x 8 rows: 24 accumula
 and reaches 111-112 and 105-107: the products of BERT-base's and GPT-2's layers run 1.5-6% faster on two threads.
 It accumulates every output in the same order as OpenBLAS's kernel, so the results are the same bits.
 ``tools/native/kernels_avx512.c`` holds the exact and tanh GELU (the numpy passes' formulas, exp2 in registers:
-``_ew_math.native_gelu``), the row normalizations (``normalization.native_rows``) and depthwise convolutions
-(``conv._depthwise2d_native``).
+``_ew_math.native_gelu``), the row normalizations (``normalization.native_rows``), depthwise convolutions
+(``conv._depthwise2d_native``) and 2-D pooling (``pool._pool2d_native``).
 
 The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' position-independent machine code
 (no relocations, no data, no calls out; ``tools/native/build.py`` builds it and checks that), which is copied into an
@@ -45,7 +45,14 @@ SIGNATURES = {
     "gelu_tanh_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "layer_norm_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
     "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR),
+    "pool2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 3, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR, _PTR),
 }
+# Constant tables the kernels read (they hold no data of their own): the even lanes 0, 2, ..., 30 (stride-2 column
+# picks) and -inf (max pooling's padding)
+_EVEN_LANES = (ctypes.c_int32 * 16)(*range(0, 32, 2))
+EVEN_LANES = ctypes.addressof(_EVEN_LANES)
+_NEG_INF = (ctypes.c_float * 1)(-math.inf)
+NEG_INF = ctypes.addressof(_NEG_INF)
 # 2^f on [-0.5, 0.5] as its Taylor polynomial of degree 7 (relative error below 1e-8), constant term first, then
 # the bound exp2's argument is clamped to (2^160 overflows, 2^-160 underflows, as unclamped): the native exp2's table
 EXP2_TABLE = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(8)) + (160.0,)

@@ -548,7 +548,6 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
 # output row 16 columns at a time, every tap one multiply-add on a masked load, no padded copy; test and measurement
 # hook)
 DW_NATIVE = True
-_EVEN_LANES = np.arange(0, 32, 2, dtype=np.int32)
 
 
 # ... and split their channels between the calling thread and a helper (the kernel runs without the GIL) from this
@@ -585,7 +584,7 @@ def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, ac
     wc = np.ascontiguousarray(w)
     bc = None if B is None else np.ascontiguousarray(B)
     args = (strides[0], strides[1], dilations[0], dilations[1], pb[0], pb[1], Ho, Wo)
-    tail = (int(acc), _EVEN_LANES.ctypes.data)
+    tail = (int(acc), _native.EVEN_LANES)
     if N == 1 and C > 1 and C * Ho * Wo * KH * KW >= _DW_SPLIT_MIN and _packed.run_ranges(
             _dw_native_part, C, _packed._blas_threads(), fn, x, wc, bc, args, out, tail, single_blas=False):
         return out

@@ -11,6 +11,7 @@ from ..limits import check_alloc
 from ._common import ones_vector, text
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
+from . import _native
 
 # Above this many kernel positions reduce over a strided window view instead of looping over positions.
 _LOOP_LIMIT = 64
@@ -279,6 +280,51 @@ def _maxpool_indices(x, ks, st, dl, pb, pe, out, storage_order):
     return best, np.maximum(best_idx, 0) + base
 
 
+# Float32 2-D max and average pooling run as the native kernel where it is used (``_native.py``: four output rows x
+# 16 columns per step, masked loads instead of a padded copy; test and measurement hook), split over the planes
+# between the calling thread and a helper from this many window reads on (the kernel runs without the GIL)
+POOL_NATIVE = True
+_POOL_SPLIT_MIN = 1 << 22
+_F32 = np.dtype(np.float32)
+
+
+def _pool_native_part(lo, hi, fn, x, y, args, tail):
+    H, W = x.shape[2:]
+    Ho, Wo = y.shape[2:]
+    fn(hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, *args, y.ctypes.data + 4 * lo * Ho * Wo, *tail)
+
+
+def _pool2d_native(x, ks, st, dl, pb, out, mode, div=None):
+    """2-D max (mode 0) or average (mode 1, ``div``: the (Ho, Wo) float32 window counts) pooling of float32 ``x``
+    (N, C, H, W) with column stride 1 or 2 by the native kernel: a fresh array, or None where it is not used."""
+    if (not POOL_NATIVE or x.dtype != _F32 or x.ndim != 4 or len(ks) != 2 or st[1] > 2 or not x.flags.c_contiguous
+            or x.size == 0):
+        return None
+    fn = _native.function("pool2d_f32")
+    if fn is None:
+        return None
+    N, C, H, W = x.shape
+    Ho, Wo = out
+    y = np.empty((N, C, Ho, Wo), dtype=_F32)
+    args = (ks[0], ks[1], st[0], st[1], dl[0], dl[1], pb[0], pb[1], Ho, Wo)
+    tail = (mode, None if div is None else div.ctypes.data, _native.NEG_INF, _native.EVEN_LANES)
+    if N * C > 1 and y.size * ks[0] * ks[1] >= _POOL_SPLIT_MIN:
+        from . import _packed
+
+        if _packed.run_ranges(_pool_native_part, N * C, _packed._blas_threads(), fn, x, y, args, tail,
+                              single_blas=False):
+            return y
+    _pool_native_part(0, N * C, fn, x, y, args, tail)
+    return y
+
+
+@functools.lru_cache(maxsize=64)
+def _native_divisor(in_shape, ks, st, dl, pb, pe, out, include_pad):
+    d = np.ascontiguousarray(_counts(in_shape, ks, st, dl, pb, pe, out, include_pad, _F32))
+    d.setflags(write=False)
+    return d
+
+
 @kernel("MaxPool", since=(1, 8, 10, 11, 12, 22))
 def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None, storage_order=0,
              strides=None, _num_outputs=1):
@@ -296,6 +342,9 @@ def max_pool(X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
     if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):
         return global_max_pool(X)
     x = X if X.dtype.kind in "fiu" else X.astype(np.float32)  # bfloat16
+    res = _pool2d_native(x, ks, st, dl, pb, out, 0)
+    if res is not None:
+        return res.astype(X.dtype, copy=False)
     if _FLAT_POOL and _flat_ok(x.shape[2:], ks, st, dl, pb, pe, out):
         with np.errstate(invalid="ignore"):  # (the second pass also reads positions the first left undefined)
             res = _pool2d_s1(x, ks, dl, pb, out, np.maximum)
@@ -593,6 +642,12 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
     if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):  # (ShuffleNet's final 7x7 pooling): GlobalAveragePool
         return global_average_pool(X)
+    if x.dtype == _F32 and x.ndim == 4:
+        div = _native_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
+                              bool(count_include_pad))
+        res = _pool2d_native(x, ks, st, dl, pb, out, 1, div)
+        if res is not None:
+            return res.astype(X.dtype, copy=False)
     small = _gemm_sized(X.shape, ks, _AVG_GEMM_S1_RATIO)
     if _FLAT_POOL and max(ks) <= 3 and not small and _flat_ok(X.shape[2:], ks, st, dl, pb, pe, out):  # (larger: GEMMs)
         div = _avg_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),

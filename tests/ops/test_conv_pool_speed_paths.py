@@ -18,10 +18,11 @@ from onnxpy.ops import _packed
 
 
 @pytest.fixture(autouse=True)
-def _numpy_depthwise_paths(monkeypatch):
-    """These tests cover the numpy depthwise paths (machines without the native kernel run them); the native kernel
-    is checked against them in test_native_kernel.py."""
+def _numpy_paths(monkeypatch):
+    """These tests cover the numpy depthwise-convolution and pooling paths (machines without the native kernels run
+    them); the native kernels are checked against them in test_native_kernel.py."""
     monkeypatch.setattr(conv_mod, "DW_NATIVE", False)
+    monkeypatch.setattr(pool_mod, "POOL_NATIVE", False)
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -301,3 +301,56 @@ def test_native_depthwise_declines():
     assert conv._depthwise2d_native(x[:, :, :, ::2], w, None, (1, 1), (1, 1), (1, 1), (9, 5)) is None
     bad_out = np.empty((1, 4, 9, 9), np.float32, order="F")
     assert conv._depthwise2d_native(x, w, None, (1, 1), (1, 1), (1, 1), (9, 9), bad_out) is None
+
+
+POOL_CASES = [  # shape, kernel, strides, pads, dilations, ceil_mode
+    ((1, 24, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),
+    ((1, 8, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    ((2, 5, 17, 19), (2, 3), (1, 2), (1, 0, 0, 2), (1, 1), 0),
+    ((1, 16, 28, 28), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),
+    ((1, 8, 14, 14), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 1),
+    ((1, 4, 40, 44), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), 0),
+    ((1, 3, 20, 21), (3, 2), (3, 1), (1, 1, 0, 0), (2, 2), 1),
+    ((1, 2, 5, 40), (1, 7), (1, 1), (0, 3, 0, 3), (1, 1), 0),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+@pytest.mark.parametrize("split", [False, True])
+def test_native_pooling_matches_the_numpy_paths(case, split, monkeypatch):
+    from onnxpy.ops import pool
+
+    _native_or_skip("pool2d_f32")
+    shp, ks, st, pads, dl, ceil = case
+    x = RNG.standard_normal(shp).astype(np.float32)
+    x.flat[::97] = np.nan
+    x.flat[5::89] = -np.inf
+    kw = dict(kernel_shape=list(ks), strides=list(st), pads=list(pads), dilations=list(dl), ceil_mode=ceil)
+    if split:
+        monkeypatch.setattr(pool, "_POOL_SPLIT_MIN", 0)
+    for op, extra in ((pool.max_pool, {}), (pool.average_pool, {"count_include_pad": 0}),
+                      (pool.average_pool, {"count_include_pad": 1})):
+        if op is pool.average_pool and dl != (1, 1):
+            continue  # (AveragePool's dilations: opset 19+, same kernel)
+        monkeypatch.setattr(pool, "POOL_NATIVE", False)
+        want = op(x, **kw, **extra)
+        monkeypatch.setattr(pool, "POOL_NATIVE", True)
+        assert pool._pool2d_native(x, *pool._pool_geometry(x, list(ks), list(st), list(dl), list(pads), "NOTSET",
+                                                           ceil, "P")[:3], pads[:2], want.shape[2:],
+                                   0 if op is pool.max_pool else 1,
+                                   np.ones(want.shape[2:], np.float32)) is not None
+        got = op(x, **kw, **extra)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_native_pooling_declines():
+    from onnxpy.ops import pool
+
+    _native_or_skip("pool2d_f32")
+    x = RNG.standard_normal((1, 2, 9, 9)).astype(np.float32)
+    assert pool._pool2d_native(x, (3, 3), (1, 3), (1, 1), (0, 0), (7, 3), 0) is None  # (column stride 3)
+    assert pool._pool2d_native(x[:, :, ::2], (3, 3), (1, 1), (1, 1), (0, 0), (3, 7), 0) is None
+    assert pool._pool2d_native(x.astype(np.float64), (3, 3), (1, 1), (1, 1), (0, 0), (7, 7), 0) is None
+    assert pool._pool2d_native(x[0], (3,), (1,), (1,), (0,), (7,), 0) is None

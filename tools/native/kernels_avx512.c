@@ -163,6 +163,42 @@ static inline __mmask16 bounds_mask(long c0, long W)
     return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
+/* Where a tap reads its 16 input columns: from column c0 (stride 1: one load; stride 2: 32 columns in two loads,
+   the even lanes kept), with the masks of the columns inside the row. */
+typedef struct { long c0, sw; __mmask16 m0, m1; } tap_cols;
+
+static inline tap_cols tap_columns(long ox0, long pl, long off, long sw, long W)
+{
+    tap_cols t;
+    t.sw = sw;
+    t.c0 = sw * ox0 - pl + off;
+    t.m0 = bounds_mask(t.c0, W);
+    t.m1 = sw == 1 ? 0 : bounds_mask(t.c0 + 16, W);
+    return t;
+}
+
+/* For output rows oy .. oy + nr - 1 (of DW_ROWS), the input row each reads at row offset `off` (null where it
+   falls in the padding or past nr). */
+#define DW_ROWS 4
+static inline void tap_rows(const float **rows, const float *xp, long oy, long nr, long off, long sh, long H, long W)
+{
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < DW_ROWS; r++) {
+        long iy = (oy + r) * sh + off;
+        rows[r] = (r < nr && iy >= 0 && iy < H) ? xp + iy * W : 0;
+    }
+}
+
+/* The tap's 16 values from `row` (columns outside the row read as `fill`). */
+static inline __m512 load_tap(const float *row, const tap_cols *t, __m512i even, __m512 fill)
+{
+    if (t->sw == 1)
+        return t->m0 == 0xFFFF ? _mm512_loadu_ps(row + t->c0) : _mm512_mask_loadu_ps(fill, t->m0, row + t->c0);
+    __m512 lo = _mm512_mask_loadu_ps(fill, t->m0, row + t->c0);
+    __m512 hi = _mm512_mask_loadu_ps(fill, t->m1, row + t->c0 + 16);
+    return _mm512_permutex2var_ps(lo, even, hi);
+}
+
 /* Depthwise 2-D convolution (one filter per channel) of `planes` planes (batch x channels) of H x W floats, filter
    w (C, KH, KW), channel = plane % C, strides sh and sw (sw 1 or 2), dilations dh and dw, top/left pads pt and pl
    (rows and columns outside the image read as zero; the bottom/right pads follow from Ho and Wo), into y (planes,
@@ -170,12 +206,12 @@ static inline __mmask16 bounds_mask(long c0, long W)
    at a time (four independent multiply-add chains), every tap one multiply-add per row on a masked load of its
    input columns (stride 2: two loads and an even-lane permute with `even`, the int32 lane indices 0, 2, ..., 30);
    no padded copy.  bias may be null. */
-#define DW_ROWS 4
 void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const float *w, const float *bias, long KH,
                   long KW, long sh, long sw, long dh, long dw, long pt, long pl, long Ho, long Wo, float *y,
                   long accumulate, const int *restrict even)
 {
     __m512i ev = _mm512_loadu_si512((const void *)even);
+    __m512 zero = _mm512_setzero_ps();
     for (long p = 0; p < planes; p++) {
         long c = p % C;
         const float *xp = x + p * H * W, *wc = w + c * KH * KW;
@@ -189,39 +225,14 @@ void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const flo
                 for (int r = 0; r < DW_ROWS; r++) acc[r] = _mm512_setzero_ps();
                 for (long ky = 0; ky < KH; ky++) {
                     const float *rows[DW_ROWS];
-                    _Pragma("GCC unroll 4")
-                    for (int r = 0; r < DW_ROWS; r++) {
-                        long iy = (oy + r) * sh - pt + ky * dh;
-                        rows[r] = (r < nr && iy >= 0 && iy < H) ? xp + iy * W : 0;
-                    }
+                    tap_rows(rows, xp, oy, nr, ky * dh - pt, sh, H, W);
                     const float *wk = wc + ky * KW;
-                    if (sw == 1) {
-                        for (long kx = 0, c0 = ox0 - pl; kx < KW; kx++, c0 += dw) {
-                            __m512 wv = _mm512_set1_ps(wk[kx]);
-                            if (c0 >= 0 && c0 + 16 <= W) {  /* (inside the row: plain loads) */
-                                _Pragma("GCC unroll 4")
-                                for (int r = 0; r < DW_ROWS; r++)
-                                    if (rows[r]) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(rows[r] + c0), wv, acc[r]);
-                            } else {
-                                __mmask16 m = bounds_mask(c0, W);
-                                _Pragma("GCC unroll 4")
-                                for (int r = 0; r < DW_ROWS; r++)
-                                    if (rows[r])
-                                        acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, rows[r] + c0), wv, acc[r]);
-                            }
-                        }
-                    } else {
-                        for (long kx = 0, c0 = 2 * ox0 - pl; kx < KW; kx++, c0 += dw) {
-                            __m512 wv = _mm512_set1_ps(wk[kx]);
-                            __mmask16 m0 = bounds_mask(c0, W), m1 = bounds_mask(c0 + 16, W);
-                            _Pragma("GCC unroll 4")
-                            for (int r = 0; r < DW_ROWS; r++)
-                                if (rows[r]) {
-                                    __m512 lo = _mm512_maskz_loadu_ps(m0, rows[r] + c0);
-                                    __m512 hi = _mm512_maskz_loadu_ps(m1, rows[r] + c0 + 16);
-                                    acc[r] = _mm512_fmadd_ps(_mm512_permutex2var_ps(lo, ev, hi), wv, acc[r]);
-                                }
-                        }
+                    for (long kx = 0; kx < KW; kx++) {
+                        __m512 wv = _mm512_set1_ps(wk[kx]);
+                        tap_cols tc = tap_columns(ox0, pl, kx * dw, sw, W);
+                        _Pragma("GCC unroll 4")
+                        for (int r = 0; r < DW_ROWS; r++)
+                            if (rows[r]) acc[r] = _mm512_fmadd_ps(load_tap(rows[r], &tc, ev, zero), wv, acc[r]);
                     }
                 }
                 __mmask16 om = tail_mask(Wo - ox0);
@@ -232,6 +243,58 @@ void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const flo
                     __m512 v = _mm512_add_ps(acc[r], b);
                     if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(om, o), v);
                     _mm512_mask_storeu_ps(o, om, v);
+                }
+            }
+        }
+    }
+}
+
+/* 2-D max or sum pooling (mode 0: max, NaN propagating as numpy's maximum; 1: sum, divided by div[oy * Wo + ox]
+   when div is not null) of `planes` planes of H x W floats into y (planes, Ho, Wo): kernel KH x KW, strides sh and
+   sw (sw 1 or 2), dilations dh and dw, top/left pads pt and pl (padding reads as -inf for max, 0 for sum; the
+   bottom/right pads and ceil_mode follow from Ho and Wo).  K: -inf.  The traversal is the depthwise kernel's. */
+void pool2d_f32(long planes, long H, long W, const float *x, long KH, long KW, long sh, long sw, long dh, long dw,
+                long pt, long pl, long Ho, long Wo, float *y, long mode, const float *div, const float *restrict K,
+                const int *restrict even)
+{
+    __m512i ev = _mm512_loadu_si512((const void *)even);
+    __m512 fill = mode == 0 ? _mm512_set1_ps(K[0]) : _mm512_setzero_ps();
+    for (long p = 0; p < planes; p++) {
+        const float *xp = x + p * H * W;
+        float *yp = y + p * Ho * Wo;
+        for (long oy = 0; oy < Ho; oy += DW_ROWS) {
+            long nr = Ho - oy < DW_ROWS ? Ho - oy : DW_ROWS;
+            for (long ox0 = 0; ox0 < Wo; ox0 += 16) {
+                __m512 acc[DW_ROWS];
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < DW_ROWS; r++) acc[r] = fill;
+                for (long ky = 0; ky < KH; ky++) {
+                    const float *rows[DW_ROWS];
+                    tap_rows(rows, xp, oy, nr, ky * dh - pt, sh, H, W);
+                    for (long kx = 0; kx < KW; kx++) {
+                        tap_cols tc = tap_columns(ox0, pl, kx * dw, sw, W);
+                        _Pragma("GCC unroll 4")
+                        for (int r = 0; r < DW_ROWS; r++) {
+                            if (!rows[r]) continue;
+                            __m512 v = load_tap(rows[r], &tc, ev, fill);
+                            if (mode == 0) {  /* (a NaN tap makes the lane NaN; max keeps it: it returns its second
+                                                  operand, acc, when either is NaN) */
+                                __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                                acc[r] = _mm512_mask_blend_ps(nan, _mm512_max_ps(v, acc[r]), v);
+                            } else {
+                                acc[r] = _mm512_add_ps(acc[r], v);
+                            }
+                        }
+                    }
+                }
+                __mmask16 om = tail_mask(Wo - ox0);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < DW_ROWS; r++) {
+                    if (r >= nr) break;
+                    long at = (oy + r) * Wo + ox0;
+                    __m512 v = acc[r];
+                    if (div) v = _mm512_div_ps(v, _mm512_maskz_loadu_ps(om, div + at));
+                    _mm512_mask_storeu_ps(yp + at, om, v);
                 }
             }
         }
