@@ -44,8 +44,9 @@ SIGNATURES = {
     "gelu_erf_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "gelu_tanh_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "layer_norm_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),
-    "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR),
-    "pool2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 3, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR, _PTR),
+    "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR),
+    "pool2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 3, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR, _PTR, _PTR),
+    "win_pad_floats": ctypes.CFUNCTYPE(_I64, *[_I64] * 8),
 }
 # Constant tables the kernels read (they hold no data of their own): the even lanes 0, 2, ..., 30 (stride-2 column
 # picks) and -inf (max pooling's padding)

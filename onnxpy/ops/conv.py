@@ -555,14 +555,15 @@ DW_NATIVE = True
 _DW_SPLIT_MIN = 1 << 21
 
 
-def _dw_native_part(lo, hi, fn, x, wc, bc, args, out, tail):
+def _dw_native_part(lo, hi, fn, x, wc, bc, args, out, tail, pad_floats):
     """Channels [lo, hi) of a single image (``args``: the kernel's arguments from the strides to the output width;
-    ``tail``: those after the output)."""
+    ``tail``: those after the output but the scratch, which each part allocates)."""
     _, _, H, W = x.shape
     _, _, KH, KW = wc.shape
+    pad = _packed._aligned(pad_floats)  # (64-byte aligned)
     fn(hi - lo, hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, wc.ctypes.data + 4 * lo * KH * KW,
        None if bc is None else bc.ctypes.data + 4 * lo, KH, KW, *args,
-       out.ctypes.data + 4 * lo * out.shape[2] * out.shape[3], *tail)
+       out.ctypes.data + 4 * lo * out.shape[2] * out.shape[3], *tail, pad.ctypes.data)
 
 
 def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, acc=False):
@@ -585,11 +586,14 @@ def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, ac
     bc = None if B is None else np.ascontiguousarray(B)
     args = (strides[0], strides[1], dilations[0], dilations[1], pb[0], pb[1], Ho, Wo)
     tail = (int(acc), _native.EVEN_LANES)
+    pad_floats = _native.function("win_pad_floats")(KH, KW, *args[:4], Ho, Wo)
     if N == 1 and C > 1 and C * Ho * Wo * KH * KW >= _DW_SPLIT_MIN and _packed.run_ranges(
-            _dw_native_part, C, _packed._blas_threads(), fn, x, wc, bc, args, out, tail, single_blas=False):
+            _dw_native_part, C, _packed._blas_threads(), fn, x, wc, bc, args, out, tail, pad_floats,
+            single_blas=False):
         return out
+    pad = _packed._aligned(pad_floats)  # (64-byte aligned)
     fn(N * C, C, H, W, x.ctypes.data, wc.ctypes.data, None if bc is None else bc.ctypes.data, KH, KW, *args,
-       out.ctypes.data, *tail)
+       out.ctypes.data, *tail, pad.ctypes.data)
     return out
 
 

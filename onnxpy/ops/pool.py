@@ -11,7 +11,7 @@ from ..limits import check_alloc
 from ._common import ones_vector, text
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
-from . import _native
+from . import _native, _packed
 
 # Above this many kernel positions reduce over a strided window view instead of looping over positions.
 _LOOP_LIMIT = 64
@@ -288,10 +288,11 @@ _POOL_SPLIT_MIN = 1 << 22
 _F32 = np.dtype(np.float32)
 
 
-def _pool_native_part(lo, hi, fn, x, y, args, tail):
+def _pool_native_part(lo, hi, fn, x, y, args, tail, pad_floats):
     H, W = x.shape[2:]
     Ho, Wo = y.shape[2:]
-    fn(hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, *args, y.ctypes.data + 4 * lo * Ho * Wo, *tail)
+    pad = _packed._aligned(pad_floats)  # (each part its own scratch, 64-byte aligned: the padded plane)
+    fn(hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, *args, y.ctypes.data + 4 * lo * Ho * Wo, *tail, pad.ctypes.data)
 
 
 def _pool2d_native(x, ks, st, dl, pb, out, mode, div=None):
@@ -308,13 +309,12 @@ def _pool2d_native(x, ks, st, dl, pb, out, mode, div=None):
     y = np.empty((N, C, Ho, Wo), dtype=_F32)
     args = (ks[0], ks[1], st[0], st[1], dl[0], dl[1], pb[0], pb[1], Ho, Wo)
     tail = (mode, None if div is None else div.ctypes.data, _native.NEG_INF, _native.EVEN_LANES)
+    pad_floats = _native.function("win_pad_floats")(*args[:6], Ho, Wo)
     if N * C > 1 and y.size * ks[0] * ks[1] >= _POOL_SPLIT_MIN:
-        from . import _packed
-
-        if _packed.run_ranges(_pool_native_part, N * C, _packed._blas_threads(), fn, x, y, args, tail,
+        if _packed.run_ranges(_pool_native_part, N * C, _packed._blas_threads(), fn, x, y, args, tail, pad_floats,
                               single_blas=False):
             return y
-    _pool_native_part(0, N * C, fn, x, y, args, tail)
+    _pool_native_part(0, N * C, fn, x, y, args, tail, pad_floats)
     return y
 
 

@@ -163,89 +163,137 @@ static inline __mmask16 bounds_mask(long c0, long W)
     return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-/* Where a tap reads its 16 input columns: from column c0 (stride 1: one load; stride 2: 32 columns in two loads,
-   the even lanes kept), with the masks of the columns inside the row. */
-typedef struct { long c0, sw; __mmask16 m0, m1; } tap_cols;
+/* A sliding-window pass over 2-D planes (depthwise convolution, max and sum pooling).  Each plane is first copied
+   into `pad` (Hp x Wp floats: the padded plane, `fill` around the image and to the right of it), so the taps' loads
+   are plain unaligned loads with no masks or bounds tests; then up to four output rows are built together, 16
+   columns at a time, every tap one multiply-add (max, add) per row (stride 2: two loads and an even-lane permute). */
+#define WIN_FMA 0
+#define WIN_MAX 1
+#define WIN_SUM 2
+typedef struct {
+    long H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, Hp, Wp;
+    __m512i even;
+    __m512 fill;
+    float *pad;
+} win_geom;
 
-static inline tap_cols tap_columns(long ox0, long pl, long off, long sw, long W)
+/* The rows and columns of the padded copy: every row any output reads, and the columns of every 16-wide load. */
+static inline win_geom win_geometry(long H, long W, long KH, long KW, long sh, long sw, long dh, long dw, long pt,
+                                    long pl, long Ho, long Wo, const int *even, __m512 fill, float *pad)
 {
-    tap_cols t;
-    t.sw = sw;
-    t.c0 = sw * ox0 - pl + off;
-    t.m0 = bounds_mask(t.c0, W);
-    t.m1 = sw == 1 ? 0 : bounds_mask(t.c0 + 16, W);
-    return t;
+    long last = (Wo - 1) / 16 * 16;  /* (the last block's first column) */
+    long Wp = ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
+    win_geom g = {H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, (Ho - 1) * sh + (KH - 1) * dh + 1, Wp,
+                  _mm512_loadu_si512((const void *)even), fill, pad};
+    return g;
 }
 
-/* For output rows oy .. oy + nr - 1 (of DW_ROWS), the input row each reads at row offset `off` (null where it
-   falls in the padding or past nr). */
-#define DW_ROWS 4
-static inline void tap_rows(const float **rows, const float *xp, long oy, long nr, long off, long sh, long H, long W)
+static inline void win_pad(const win_geom *g, const float *xp)
 {
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < DW_ROWS; r++) {
-        long iy = (oy + r) * sh + off;
-        rows[r] = (r < nr && iy >= 0 && iy < H) ? xp + iy * W : 0;
+    for (long r = 0; r < g->Hp; r++) {
+        long iy = r - g->pt;
+        float *d = g->pad + r * g->Wp;
+        if (iy < 0 || iy >= g->H) {
+            for (long c = 0; c < g->Wp; c += 16) _mm512_store_ps(d + c, g->fill);
+            continue;
+        }
+        const float *row = xp + iy * g->W - g->pl;
+        long c = 0, inner = g->pl + g->W - 16;  /* (loads from c to c + 15 inside the row while c <= inner) */
+        for (; c < g->Wp && c < g->pl; c += 16)
+            _mm512_store_ps(d + c, _mm512_mask_loadu_ps(g->fill, bounds_mask(c - g->pl, g->W), row + c));
+        for (; c <= inner && c < g->Wp; c += 16) _mm512_store_ps(d + c, _mm512_loadu_ps(row + c));
+        for (; c < g->Wp; c += 16)
+            _mm512_store_ps(d + c, _mm512_mask_loadu_ps(g->fill, bounds_mask(c - g->pl, g->W), row + c));
     }
 }
 
-/* The tap's 16 values from `row` (columns outside the row read as `fill`). */
-static inline __m512 load_tap(const float *row, const tap_cols *t, __m512i even, __m512 fill)
+static inline __m512 win_load(const win_geom *g, const float *p)
 {
-    if (t->sw == 1)
-        return t->m0 == 0xFFFF ? _mm512_loadu_ps(row + t->c0) : _mm512_mask_loadu_ps(fill, t->m0, row + t->c0);
-    __m512 lo = _mm512_mask_loadu_ps(fill, t->m0, row + t->c0);
-    __m512 hi = _mm512_mask_loadu_ps(fill, t->m1, row + t->c0 + 16);
-    return _mm512_permutex2var_ps(lo, even, hi);
+    if (g->sw == 1) return _mm512_loadu_ps(p);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), g->even, _mm512_loadu_ps(p + 16));
+}
+
+/* Output rows oy .. oy + NR - 1, columns ox0 .. ox0 + 15 of the padded plane: acc over every tap (op: multiply-add
+   with the tap's weight in wk, max, or sum); `nan` collects, for max, the lanes that saw a NaN. */
+static inline __attribute__((always_inline)) void win_block(const win_geom *g, const float *wk, long oy, long ox0,
+                                                            const int NR, const int op, __m512 *acc, __mmask16 *nan)
+{
+    /* (the accumulators in locals: through `acc` they would round-trip memory on every multiply-add) */
+    __m512 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    __mmask16 n0 = 0, n1 = 0, n2 = 0, n3 = 0;
+    const long rs = g->sh * g->Wp;  /* (from one output row's input row to the next's) */
+    for (long ky = 0; ky < g->KH; ky++) {
+        const float *r0 = g->pad + (oy * g->sh + ky * g->dh) * g->Wp + ox0 * g->sw;
+        for (long kx = 0; kx < g->KW; kx++) {
+            const float *q = r0 + kx * g->dw;
+            if (op == WIN_FMA) {
+                __m512 wv = _mm512_set1_ps(wk[ky * g->KW + kx]);
+                a0 = _mm512_fmadd_ps(win_load(g, q), wv, a0);
+                if (NR > 1) a1 = _mm512_fmadd_ps(win_load(g, q + rs), wv, a1);
+                if (NR > 2) a2 = _mm512_fmadd_ps(win_load(g, q + 2 * rs), wv, a2);
+                if (NR > 3) a3 = _mm512_fmadd_ps(win_load(g, q + 3 * rs), wv, a3);
+            } else {
+#define WIN_REDUCE(p, a, n) { __m512 v = win_load(g, p); \
+                              if (op == WIN_MAX) { n |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); \
+                                                   a = _mm512_max_ps(v, a); } \
+                              else a = _mm512_add_ps(a, v); }
+                WIN_REDUCE(q, a0, n0)
+                if (NR > 1) WIN_REDUCE(q + rs, a1, n1)
+                if (NR > 2) WIN_REDUCE(q + 2 * rs, a2, n2)
+                if (NR > 3) WIN_REDUCE(q + 3 * rs, a3, n3)
+            }
+        }
+    }
+    acc[0] = a0; acc[1] = a1; acc[2] = a2; acc[3] = a3;
+    nan[0] = n0; nan[1] = n1; nan[2] = n2; nan[3] = n3;
+}
+
+/* One plane: its padded copy, then every output block: acc from `start` (the bias, or fill for pooling), then the
+   taps, then y = acc (+ y with `accumulate`) (/ div for sums with div) (NaN where a max saw one). */
+static inline __attribute__((always_inline)) void win_plane(const win_geom *g, const float *xp, const float *wk,
+                                                            __m512 start, float *yp, long accumulate,
+                                                            const float *div, const int op)
+{
+    __m512 nanv = _mm512_sub_ps(g->fill, g->fill);  /* (-inf - -inf: NaN, for max) */
+    win_pad(g, xp);
+    for (long oy = 0; oy < g->Ho; oy += 4) {
+        long nr = g->Ho - oy < 4 ? g->Ho - oy : 4;
+        for (long ox0 = 0; ox0 < g->Wo; ox0 += 16) {
+            __m512 acc[4] = {start, start, start, start};
+            __mmask16 nan[4] = {0, 0, 0, 0};
+            switch (nr) {  /* (a constant row count for each copy of the block: no dead rows) */
+            case 4: win_block(g, wk, oy, ox0, 4, op, acc, nan); break;
+            case 3: win_block(g, wk, oy, ox0, 3, op, acc, nan); break;
+            case 2: win_block(g, wk, oy, ox0, 2, op, acc, nan); break;
+            default: win_block(g, wk, oy, ox0, 1, op, acc, nan); break;
+            }
+            __mmask16 om = tail_mask(g->Wo - ox0);
+            for (int r = 0; r < nr; r++) {
+                long at = (oy + r) * g->Wo + ox0;
+                __m512 v = acc[r];
+                if (op == WIN_MAX) v = _mm512_mask_mov_ps(v, nan[r], nanv);
+                if (div) v = _mm512_div_ps(v, _mm512_maskz_loadu_ps(om, div + at));
+                if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(om, yp + at), v);
+                _mm512_mask_storeu_ps(yp + at, om, v);
+            }
+        }
+    }
 }
 
 /* Depthwise 2-D convolution (one filter per channel) of `planes` planes (batch x channels) of H x W floats, filter
    w (C, KH, KW), channel = plane % C, strides sh and sw (sw 1 or 2), dilations dh and dw, top/left pads pt and pl
    (rows and columns outside the image read as zero; the bottom/right pads follow from Ho and Wo), into y (planes,
-   Ho, Wo): y = conv + bias, or y += conv + bias with `accumulate`.  Four output rows are built together, 16 columns
-   at a time (four independent multiply-add chains), every tap one multiply-add per row on a masked load of its
-   input columns (stride 2: two loads and an even-lane permute with `even`, the int32 lane indices 0, 2, ..., 30);
-   no padded copy.  bias may be null. */
+   Ho, Wo): y = conv + bias, or y += conv + bias with `accumulate`.  bias may be null.  even: the int32 lane indices
+   0, 2, ..., 30; pad: scratch of win_pad_floats(...) floats, 64-byte aligned. */
 void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const float *w, const float *bias, long KH,
                   long KW, long sh, long sw, long dh, long dw, long pt, long pl, long Ho, long Wo, float *y,
-                  long accumulate, const int *restrict even)
+                  long accumulate, const int *restrict even, float *pad)
 {
-    __m512i ev = _mm512_loadu_si512((const void *)even);
-    __m512 zero = _mm512_setzero_ps();
+    win_geom g = win_geometry(H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, even, _mm512_setzero_ps(), pad);
     for (long p = 0; p < planes; p++) {
         long c = p % C;
-        const float *xp = x + p * H * W, *wc = w + c * KH * KW;
-        float *yp = y + p * Ho * Wo;
         __m512 b = bias ? _mm512_set1_ps(bias[c]) : _mm512_setzero_ps();
-        for (long oy = 0; oy < Ho; oy += DW_ROWS) {
-            long nr = Ho - oy < DW_ROWS ? Ho - oy : DW_ROWS;
-            for (long ox0 = 0; ox0 < Wo; ox0 += 16) {
-                __m512 acc[DW_ROWS];
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < DW_ROWS; r++) acc[r] = _mm512_setzero_ps();
-                for (long ky = 0; ky < KH; ky++) {
-                    const float *rows[DW_ROWS];
-                    tap_rows(rows, xp, oy, nr, ky * dh - pt, sh, H, W);
-                    const float *wk = wc + ky * KW;
-                    for (long kx = 0; kx < KW; kx++) {
-                        __m512 wv = _mm512_set1_ps(wk[kx]);
-                        tap_cols tc = tap_columns(ox0, pl, kx * dw, sw, W);
-                        _Pragma("GCC unroll 4")
-                        for (int r = 0; r < DW_ROWS; r++)
-                            if (rows[r]) acc[r] = _mm512_fmadd_ps(load_tap(rows[r], &tc, ev, zero), wv, acc[r]);
-                    }
-                }
-                __mmask16 om = tail_mask(Wo - ox0);
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < DW_ROWS; r++) {
-                    if (r >= nr) break;
-                    float *o = yp + (oy + r) * Wo + ox0;
-                    __m512 v = _mm512_add_ps(acc[r], b);
-                    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(om, o), v);
-                    _mm512_mask_storeu_ps(o, om, v);
-                }
-            }
-        }
+        win_plane(&g, x + p * H * W, w + c * KH * KW, b, y + p * Ho * Wo, accumulate, 0, WIN_FMA);
     }
 }
 
@@ -255,48 +303,22 @@ void dwconv2d_f32(long planes, long C, long H, long W, const float *x, const flo
    bottom/right pads and ceil_mode follow from Ho and Wo).  K: -inf.  The traversal is the depthwise kernel's. */
 void pool2d_f32(long planes, long H, long W, const float *x, long KH, long KW, long sh, long sw, long dh, long dw,
                 long pt, long pl, long Ho, long Wo, float *y, long mode, const float *div, const float *restrict K,
-                const int *restrict even)
+                const int *restrict even, float *pad)
 {
-    __m512i ev = _mm512_loadu_si512((const void *)even);
     __m512 fill = mode == 0 ? _mm512_set1_ps(K[0]) : _mm512_setzero_ps();
+    win_geom g = win_geometry(H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, even, fill, pad);
     for (long p = 0; p < planes; p++) {
-        const float *xp = x + p * H * W;
-        float *yp = y + p * Ho * Wo;
-        for (long oy = 0; oy < Ho; oy += DW_ROWS) {
-            long nr = Ho - oy < DW_ROWS ? Ho - oy : DW_ROWS;
-            for (long ox0 = 0; ox0 < Wo; ox0 += 16) {
-                __m512 acc[DW_ROWS];
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < DW_ROWS; r++) acc[r] = fill;
-                for (long ky = 0; ky < KH; ky++) {
-                    const float *rows[DW_ROWS];
-                    tap_rows(rows, xp, oy, nr, ky * dh - pt, sh, H, W);
-                    for (long kx = 0; kx < KW; kx++) {
-                        tap_cols tc = tap_columns(ox0, pl, kx * dw, sw, W);
-                        _Pragma("GCC unroll 4")
-                        for (int r = 0; r < DW_ROWS; r++) {
-                            if (!rows[r]) continue;
-                            __m512 v = load_tap(rows[r], &tc, ev, fill);
-                            if (mode == 0) {  /* (a NaN tap makes the lane NaN; max keeps it: it returns its second
-                                                  operand, acc, when either is NaN) */
-                                __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                                acc[r] = _mm512_mask_blend_ps(nan, _mm512_max_ps(v, acc[r]), v);
-                            } else {
-                                acc[r] = _mm512_add_ps(acc[r], v);
-                            }
-                        }
-                    }
-                }
-                __mmask16 om = tail_mask(Wo - ox0);
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < DW_ROWS; r++) {
-                    if (r >= nr) break;
-                    long at = (oy + r) * Wo + ox0;
-                    __m512 v = acc[r];
-                    if (div) v = _mm512_div_ps(v, _mm512_maskz_loadu_ps(om, div + at));
-                    _mm512_mask_storeu_ps(yp + at, om, v);
-                }
-            }
-        }
+        if (mode == 0)
+            win_plane(&g, x + p * H * W, 0, fill, y + p * Ho * Wo, 0, 0, WIN_MAX);
+        else
+            win_plane(&g, x + p * H * W, 0, fill, y + p * Ho * Wo, 0, div, WIN_SUM);
     }
+}
+
+/* The scratch floats the two kernels above need for one plane (win_geometry's Hp x Wp). */
+long win_pad_floats(long KH, long KW, long sh, long sw, long dh, long dw, long Ho, long Wo)
+{
+    long last = (Wo - 1) / 16 * 16;
+    long Wp = ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
+    return ((Ho - 1) * sh + (KH - 1) * dh + 1) * Wp;
 }
