@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _packed
+from . import _native, _packed
 
 __all__ = ["PackedFilter", "conv2d", "lookup", "register"]
 
@@ -37,6 +37,10 @@ _A_FLOATS = 1 << 17
 _C_FLOATS = 1 << 18
 
 _ON = True  # test hook: the packed path on/off
+# Where the native kernels are used, each tap's window is multiplied straight from the image (``sgemm_kernel_a``:
+# positions contiguous, channels a plane apart) instead of being packed first; the same sums in the same order
+# (test and measurement hook)
+DIRECT = True
 _T = 0  # test hook: threads (0: the BLAS thread count)
 # A registered filter has an entry in ``_packed``'s table of packed constants (keyed by the array, dropped with it):
 # "filter" -> its PackedFilter, None until first use.
@@ -115,6 +119,7 @@ def _rows(r0, r1, srcs, L, Wr, pf, B, out, Wo, acc, rows_b):
     ``out``), then for each tap and depth chunk the packed window times the packed filter, then the crop into
     ``out``.  Tap t reads ``srcs[t] = (array (N, C, L), offset)``: rows ``Wr`` wide, ``L`` elements per channel."""
     itcopy, _, kern = _packed._state[0][:3]
+    kern_a = _native.function("sgemm_kernel_a") if DIRECT else None
     M, kcs, c0s = pf.M, pf.kc, pf.c0
     N = out.shape[0]
     cap = rows_b * Wr
@@ -140,6 +145,9 @@ def _rows(r0, r1, srcs, L, Wr, pf, B, out, Wo, acc, rows_b):
             for t, (base, off) in enumerate(bases):
                 chunks = pf.taps[t]
                 for j, k in enumerate(kcs):
+                    if kern_a is not None:  # (the window read in place: no packed copy, the same sums)
+                        kern_a(mb, M, k, 1.0, base + 4 * (c0s[j] * L + off + p0), L, chunks[j], cp, cap)
+                        continue
                     itcopy(k, mb, base + 4 * (c0s[j] * L + off + p0), L, ab)
                     kern(mb, M, k, 1.0, ab, chunks[j], cp, cap)
             out[n, :, q0:q0 + h] = c3[:, :, :Wo]

@@ -41,6 +41,7 @@ _I64, _F32, _PTR = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 # the exported functions' C signatures (ctypes releases the GIL for the call)
 SIGNATURES = {
     "sgemm_kernel": ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _F32, _PTR, _PTR, _PTR, _I64),
+    "sgemm_kernel_a": ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _F32, _PTR, _I64, _PTR, _PTR, _I64),
     "gelu_erf_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "gelu_tanh_f32": ctypes.CFUNCTYPE(None, _I64, _PTR, _PTR, _PTR),
     "layer_norm_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR),

@@ -354,3 +354,48 @@ def test_native_pooling_declines():
     assert pool._pool2d_native(x[:, :, ::2], (3, 3), (1, 1), (1, 1), (0, 0), (3, 7), 0) is None
     assert pool._pool2d_native(x.astype(np.float64), (3, 3), (1, 1), (1, 1), (0, 0), (7, 7), 0) is None
     assert pool._pool2d_native(x[0], (3,), (1,), (1,), (0,), (7,), 0) is None
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_unpacked_a_kernel_same_bits_as_packing_first(alpha):
+    """sgemm_kernel_a reads A in place (feature f at depth p: A[f + p * lda]); itcopy + the kernel give the same
+    bits, every edge of the tiling included, and nothing past a row's m features is written."""
+    ours, _ = _kernels()
+    ka = _native.function("sgemm_kernel_a")
+    itcopy, oncopy = _packed._state[0][:2]
+    for m in (1, 5, 15, 16, 17, 31, 47, 48, 49, 64, 100, 143):
+        for n in (1, 2, 3, 4, 5, 7, 8, 9, 12, 13):
+            for k in (1, 3, 64):
+                lda = m + 7
+                a = RNG.standard_normal((k, lda)).astype(np.float32)
+                x = RNG.standard_normal((n, k)).astype(np.float32)
+                pa, pb = _packed._aligned(m * k), _packed._aligned(n * k)
+                itcopy(k, m, a.ctypes.data, lda, pa.ctypes.data)
+                oncopy(k, n, x.ctypes.data, k, pb.ctypes.data)
+                c0 = RNG.standard_normal((n, m + 3)).astype(np.float32)
+                c1, c2 = c0.copy(), c0.copy()
+                ours(m, n, k, alpha, pa.ctypes.data, pb.ctypes.data, c1.ctypes.data, m + 3)
+                ka(m, n, k, alpha, a.ctypes.data, lda, pb.ctypes.data, c2.ctypes.data, m + 3)
+                assert np.array_equal(c1, c2), (m, n, k)
+                assert np.array_equal(c2[:, m:], c0[:, m:])
+
+
+@pytest.mark.parametrize("C,M,H,s", [(64, 64, 30, 1), (48, 72, 17, 2), (400, 40, 9, 1), (24, 36, 11, 1)])
+def test_packed_convolution_reads_windows_in_place_with_the_same_bits(C, M, H, s, monkeypatch):
+    from onnxpy.ops import _conv_packed
+
+    _kernels()
+    x = RNG.standard_normal((1, C, H, H)).astype(np.float32)
+    w = (RNG.standard_normal((M, C, 3, 3)) * 0.1).astype(np.float32)
+    B = RNG.standard_normal(M).astype(np.float32)
+    pf = _conv_packed.PackedFilter(w)
+    Ho = (H + 2 - 3) // s + 1
+    outs = []
+    for direct in (False, True):
+        monkeypatch.setattr(_conv_packed, "DIRECT", direct)
+        outs.append(_conv_packed.conv2d(x, pf, B, (1, 1), (1, 1), (s, s), (1, 1), (Ho, Ho)))
+    assert np.array_equal(outs[0], outs[1])
+    from onnxpy.ops import conv
+
+    want = conv.conv(x, w, B, pads=[1, 1, 1, 1], strides=[s, s])
+    np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-4)

@@ -88,6 +88,82 @@ def _tile(ma: int, np_: int, h: int, w: int = 16) -> str:
     return "\n".join(out)
 
 
+def _tile_a(ma: int, np_: int, h: int, masked: bool = False) -> str:
+    """A tile of :func:`_kernel_a`: ``ma`` panels of 16 features read straight from an unpacked A (features
+    contiguous, depth steps ``lda`` apart; ``masked``: one panel, its lanes outside ``tm`` neither read nor written)
+    against ``np_`` packed row panels of height ``h``."""
+    nr = np_ * h
+    name = f"u_{ma}_{np_}_{h}" + ("_m" if masked else "")
+    out = [f"static __attribute__((noinline)) void {name}(long k, float alpha, const float *pa, long lda, "
+           "const float *pb, float *cc, long ldc, __mmask16 tm)", "{"]
+    load = "_mm512_maskz_loadu_ps(tm, {})" if masked else "_mm512_loadu_ps({})"
+    out += [f"    __m512 c{a}_{r} = _mm512_setzero_ps();" for a in range(ma) for r in range(nr)]
+    out += [f"    const float *a{a} = pa + {16 * a};" for a in range(ma)]
+    out += [f"    const float *b{q} = pb + {q} * {h} * k;" for q in range(np_)]
+    out.append(f'    _Pragma("GCC unroll {UNROLL}")')
+    out.append("    for (long p = 0; p < k; p++) {")
+    out += [f"        __m512 x{a} = {load.format(f'a{a} + p * lda')};" for a in range(ma)]
+    for r in range(nr):
+        q, i = divmod(r, h)
+        out.append(f"        {{ __m512 b = _mm512_set1_ps(b{q}[{h} * p + {i}]);")
+        out += [f"          c{a}_{r} = _mm512_fmadd_ps(x{a}, b, c{a}_{r});" for a in range(ma)]
+        out.append("        }")
+    out.append("    }")
+    out.append("    __m512 al = _mm512_set1_ps(alpha);")
+    for r in range(nr):
+        for a in range(ma):
+            o = f"cc + {r} * ldc + {16 * a}"
+            if masked:
+                out.append(f"    _mm512_mask_storeu_ps({o}, tm, _mm512_fmadd_ps(c{a}_{r}, al, "
+                           f"_mm512_maskz_loadu_ps(tm, {o})));")
+            else:
+                out.append(f"    _mm512_storeu_ps({o}, _mm512_fmadd_ps(c{a}_{r}, al, _mm512_loadu_ps({o})));")
+    out.append("}")
+    return "\n".join(out)
+
+
+def _kernel_a() -> list:
+    """``sgemm_kernel_a``: the packed kernel's products with A unpacked -- feature f at depth p is A[f + p * lda] (a
+    convolution's image: positions contiguous, channels a plane apart), so a product needs no packing of A; the same
+    sums in the same order as the packed kernel on the packed copy of A."""
+    out = []
+    for np_, h in _row_kinds():
+        for ma in range(1, MA + 1):
+            out += [_tile_a(ma, np_, h), ""]
+        out += [_tile_a(1, np_, h, True), ""]
+        out.append(f"static void rows_a_{np_}_{h}(long m, long k, float alpha, const float *A, long lda, "
+                   "const float *pb, float *cc, long ldc)")
+        out.append("{")
+        out.append("    long m16 = m >> 4, i = 0;")
+        out.append(f"    for (; i + {MA} <= m16; i += {MA}) "
+                   f"u_{MA}_{np_}_{h}(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);")
+        for ma in range(MA - 1, 0, -1):
+            out.append(f"    if (m16 - i == {ma}) "
+                       f"u_{ma}_{np_}_{h}(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);")
+        out.append(f"    if (m & 15) u_1_{np_}_{h}_m(k, alpha, A + m16 * 16, lda, pb, cc + m16 * 16, ldc, "
+                   "(__mmask16)((1u << (m & 15)) - 1u));")
+        out += ["}", ""]
+    out.append("void sgemm_kernel_a(long m, long n, long k, float alpha, const float *A, long lda, const float *B, "
+               "float *C, long ldc)")
+    out += _row_dispatch("rows_a", "A, lda")
+    return out
+
+
+def _row_dispatch(rows: str, a: str) -> list:
+    """The body of a kernel entry: its n rows as tiles of ``NP`` panels of 4, the panels left, then 2 and 1 rows,
+    each through ``<rows>_<panels>_<height>(m, k, alpha, <a>, B panel, C rows, ldc)``."""
+    out = ["{", "    long n4 = n >> 2, j = 0;",
+           f"    for (; j + {NP} <= n4; j += {NP}) "
+           f"{rows}_{NP}_4(m, k, alpha, {a}, B + j * 4 * k, C + j * 4 * ldc, ldc);"]
+    for np_ in range(NP - 1, 0, -1):
+        out.append(f"    if (n4 - j == {np_}) {{ {rows}_{np_}_4(m, k, alpha, {a}, B + j * 4 * k, C + j * 4 * ldc, "
+                   f"ldc); j += {np_}; }}")
+    out += ["    long r0 = j * 4;", "    const float *pb = B + r0 * k;",
+            f"    if (n & 2) {{ {rows}_1_2(m, k, alpha, {a}, pb, C + r0 * ldc, ldc); pb += 2 * k; r0 += 2; }}",
+            f"    if (n & 1) {rows}_1_1(m, k, alpha, {a}, pb, C + r0 * ldc, ldc);", "}"]
+    return out
+
+
 def _row_kinds():
     """(row panels per tile, panel height) of every row tile."""
     return [(np_, 4) for np_ in range(1, NP + 1)] + [(1, 2), (1, 1)]
@@ -105,6 +181,7 @@ def source() -> str:
         out += _features_outer()
     else:
         out += _rows_outer()
+    out += ["", ""] + _kernel_a()
     return "\n".join(out) + "\n"
 
 
@@ -162,18 +239,7 @@ def _rows_outer() -> list:
             out.append(f"    if (m & {w}) {{ t{w}_1_{np_}_{h}(k, alpha, A + f0 * k, pb, cc + f0, ldc); f0 += {w}; }}")
         out += ["}", ""]
     out.append(_SIGNATURE)
-    out.append("{")
-    out.append("    long n4 = n >> 2, j = 0;")
-    out.append(f"    for (; j + {NP} <= n4; j += {NP}) rows_{NP}_4(m, k, alpha, A, B + j * 4 * k, C + j * 4 * ldc, "
-               "ldc);")
-    for np_ in range(NP - 1, 0, -1):
-        out.append(f"    if (n4 - j == {np_}) {{ rows_{np_}_4(m, k, alpha, A, B + j * 4 * k, C + j * 4 * ldc, ldc); "
-                   f"j += {np_}; }}")
-    out.append("""    long r0 = j * 4;
-    const float *pb = B + r0 * k;
-    if (n & 2) { rows_1_2(m, k, alpha, A, pb, C + r0 * ldc, ldc); pb += 2 * k; r0 += 2; }
-    if (n & 1) rows_1_1(m, k, alpha, A, pb, C + r0 * ldc, ldc);
-}""")
+    out += _row_dispatch("rows", "A")
     return out
 
 

@@ -1103,3 +1103,690 @@ void sgemm_kernel(long m, long n, long k, float alpha, const float *A, const flo
     if (n & 2) { rows_1_2(m, k, alpha, A, pb, C + r0 * ldc, ldc); pb += 2 * k; r0 += 2; }
     if (n & 1) rows_1_1(m, k, alpha, A, pb, C + r0 * ldc, ldc);
 }
+
+
+static __attribute__((noinline)) void u_1_1_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+}
+
+static __attribute__((noinline)) void u_2_1_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    __m512 c1_2 = _mm512_setzero_ps();
+    __m512 c1_3 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *b0 = pb + 0 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+          c1_2 = _mm512_fmadd_ps(x1, b, c1_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+          c1_3 = _mm512_fmadd_ps(x1, b, c1_3);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 16, _mm512_fmadd_ps(c1_2, al, _mm512_loadu_ps(cc + 2 * ldc + 16)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 16, _mm512_fmadd_ps(c1_3, al, _mm512_loadu_ps(cc + 3 * ldc + 16)));
+}
+
+static __attribute__((noinline)) void u_3_1_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    __m512 c1_2 = _mm512_setzero_ps();
+    __m512 c1_3 = _mm512_setzero_ps();
+    __m512 c2_0 = _mm512_setzero_ps();
+    __m512 c2_1 = _mm512_setzero_ps();
+    __m512 c2_2 = _mm512_setzero_ps();
+    __m512 c2_3 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *a2 = pa + 32;
+    const float *b0 = pb + 0 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        __m512 x2 = _mm512_loadu_ps(a2 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+          c2_0 = _mm512_fmadd_ps(x2, b, c2_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+          c2_1 = _mm512_fmadd_ps(x2, b, c2_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+          c1_2 = _mm512_fmadd_ps(x1, b, c1_2);
+          c2_2 = _mm512_fmadd_ps(x2, b, c2_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+          c1_3 = _mm512_fmadd_ps(x1, b, c1_3);
+          c2_3 = _mm512_fmadd_ps(x2, b, c2_3);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 0 * ldc + 32, _mm512_fmadd_ps(c2_0, al, _mm512_loadu_ps(cc + 0 * ldc + 32)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 32, _mm512_fmadd_ps(c2_1, al, _mm512_loadu_ps(cc + 1 * ldc + 32)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 16, _mm512_fmadd_ps(c1_2, al, _mm512_loadu_ps(cc + 2 * ldc + 16)));
+    _mm512_storeu_ps(cc + 2 * ldc + 32, _mm512_fmadd_ps(c2_2, al, _mm512_loadu_ps(cc + 2 * ldc + 32)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 16, _mm512_fmadd_ps(c1_3, al, _mm512_loadu_ps(cc + 3 * ldc + 16)));
+    _mm512_storeu_ps(cc + 3 * ldc + 32, _mm512_fmadd_ps(c2_3, al, _mm512_loadu_ps(cc + 3 * ldc + 32)));
+}
+
+static __attribute__((noinline)) void u_1_1_4_m(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_maskz_loadu_ps(tm, a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_mask_storeu_ps(cc + 0 * ldc + 0, tm, _mm512_fmadd_ps(c0_0, al, _mm512_maskz_loadu_ps(tm, cc + 0 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 1 * ldc + 0, tm, _mm512_fmadd_ps(c0_1, al, _mm512_maskz_loadu_ps(tm, cc + 1 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 2 * ldc + 0, tm, _mm512_fmadd_ps(c0_2, al, _mm512_maskz_loadu_ps(tm, cc + 2 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 3 * ldc + 0, tm, _mm512_fmadd_ps(c0_3, al, _mm512_maskz_loadu_ps(tm, cc + 3 * ldc + 0)));
+}
+
+static void rows_a_1_4(long m, long k, float alpha, const float *A, long lda, const float *pb, float *cc, long ldc)
+{
+    long m16 = m >> 4, i = 0;
+    for (; i + 3 <= m16; i += 3) u_3_1_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 2) u_2_1_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 1) u_1_1_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m & 15) u_1_1_4_m(k, alpha, A + m16 * 16, lda, pb, cc + m16 * 16, ldc, (__mmask16)((1u << (m & 15)) - 1u));
+}
+
+static __attribute__((noinline)) void u_1_2_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c0_4 = _mm512_setzero_ps();
+    __m512 c0_5 = _mm512_setzero_ps();
+    __m512 c0_6 = _mm512_setzero_ps();
+    __m512 c0_7 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 4 * k;
+    const float *b1 = pb + 1 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 0]);
+          c0_4 = _mm512_fmadd_ps(x0, b, c0_4);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 1]);
+          c0_5 = _mm512_fmadd_ps(x0, b, c0_5);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 2]);
+          c0_6 = _mm512_fmadd_ps(x0, b, c0_6);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 3]);
+          c0_7 = _mm512_fmadd_ps(x0, b, c0_7);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+    _mm512_storeu_ps(cc + 4 * ldc + 0, _mm512_fmadd_ps(c0_4, al, _mm512_loadu_ps(cc + 4 * ldc + 0)));
+    _mm512_storeu_ps(cc + 5 * ldc + 0, _mm512_fmadd_ps(c0_5, al, _mm512_loadu_ps(cc + 5 * ldc + 0)));
+    _mm512_storeu_ps(cc + 6 * ldc + 0, _mm512_fmadd_ps(c0_6, al, _mm512_loadu_ps(cc + 6 * ldc + 0)));
+    _mm512_storeu_ps(cc + 7 * ldc + 0, _mm512_fmadd_ps(c0_7, al, _mm512_loadu_ps(cc + 7 * ldc + 0)));
+}
+
+static __attribute__((noinline)) void u_2_2_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c0_4 = _mm512_setzero_ps();
+    __m512 c0_5 = _mm512_setzero_ps();
+    __m512 c0_6 = _mm512_setzero_ps();
+    __m512 c0_7 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    __m512 c1_2 = _mm512_setzero_ps();
+    __m512 c1_3 = _mm512_setzero_ps();
+    __m512 c1_4 = _mm512_setzero_ps();
+    __m512 c1_5 = _mm512_setzero_ps();
+    __m512 c1_6 = _mm512_setzero_ps();
+    __m512 c1_7 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *b0 = pb + 0 * 4 * k;
+    const float *b1 = pb + 1 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+          c1_2 = _mm512_fmadd_ps(x1, b, c1_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+          c1_3 = _mm512_fmadd_ps(x1, b, c1_3);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 0]);
+          c0_4 = _mm512_fmadd_ps(x0, b, c0_4);
+          c1_4 = _mm512_fmadd_ps(x1, b, c1_4);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 1]);
+          c0_5 = _mm512_fmadd_ps(x0, b, c0_5);
+          c1_5 = _mm512_fmadd_ps(x1, b, c1_5);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 2]);
+          c0_6 = _mm512_fmadd_ps(x0, b, c0_6);
+          c1_6 = _mm512_fmadd_ps(x1, b, c1_6);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 3]);
+          c0_7 = _mm512_fmadd_ps(x0, b, c0_7);
+          c1_7 = _mm512_fmadd_ps(x1, b, c1_7);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 16, _mm512_fmadd_ps(c1_2, al, _mm512_loadu_ps(cc + 2 * ldc + 16)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 16, _mm512_fmadd_ps(c1_3, al, _mm512_loadu_ps(cc + 3 * ldc + 16)));
+    _mm512_storeu_ps(cc + 4 * ldc + 0, _mm512_fmadd_ps(c0_4, al, _mm512_loadu_ps(cc + 4 * ldc + 0)));
+    _mm512_storeu_ps(cc + 4 * ldc + 16, _mm512_fmadd_ps(c1_4, al, _mm512_loadu_ps(cc + 4 * ldc + 16)));
+    _mm512_storeu_ps(cc + 5 * ldc + 0, _mm512_fmadd_ps(c0_5, al, _mm512_loadu_ps(cc + 5 * ldc + 0)));
+    _mm512_storeu_ps(cc + 5 * ldc + 16, _mm512_fmadd_ps(c1_5, al, _mm512_loadu_ps(cc + 5 * ldc + 16)));
+    _mm512_storeu_ps(cc + 6 * ldc + 0, _mm512_fmadd_ps(c0_6, al, _mm512_loadu_ps(cc + 6 * ldc + 0)));
+    _mm512_storeu_ps(cc + 6 * ldc + 16, _mm512_fmadd_ps(c1_6, al, _mm512_loadu_ps(cc + 6 * ldc + 16)));
+    _mm512_storeu_ps(cc + 7 * ldc + 0, _mm512_fmadd_ps(c0_7, al, _mm512_loadu_ps(cc + 7 * ldc + 0)));
+    _mm512_storeu_ps(cc + 7 * ldc + 16, _mm512_fmadd_ps(c1_7, al, _mm512_loadu_ps(cc + 7 * ldc + 16)));
+}
+
+static __attribute__((noinline)) void u_3_2_4(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c0_4 = _mm512_setzero_ps();
+    __m512 c0_5 = _mm512_setzero_ps();
+    __m512 c0_6 = _mm512_setzero_ps();
+    __m512 c0_7 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    __m512 c1_2 = _mm512_setzero_ps();
+    __m512 c1_3 = _mm512_setzero_ps();
+    __m512 c1_4 = _mm512_setzero_ps();
+    __m512 c1_5 = _mm512_setzero_ps();
+    __m512 c1_6 = _mm512_setzero_ps();
+    __m512 c1_7 = _mm512_setzero_ps();
+    __m512 c2_0 = _mm512_setzero_ps();
+    __m512 c2_1 = _mm512_setzero_ps();
+    __m512 c2_2 = _mm512_setzero_ps();
+    __m512 c2_3 = _mm512_setzero_ps();
+    __m512 c2_4 = _mm512_setzero_ps();
+    __m512 c2_5 = _mm512_setzero_ps();
+    __m512 c2_6 = _mm512_setzero_ps();
+    __m512 c2_7 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *a2 = pa + 32;
+    const float *b0 = pb + 0 * 4 * k;
+    const float *b1 = pb + 1 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        __m512 x2 = _mm512_loadu_ps(a2 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+          c2_0 = _mm512_fmadd_ps(x2, b, c2_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+          c2_1 = _mm512_fmadd_ps(x2, b, c2_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+          c1_2 = _mm512_fmadd_ps(x1, b, c1_2);
+          c2_2 = _mm512_fmadd_ps(x2, b, c2_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+          c1_3 = _mm512_fmadd_ps(x1, b, c1_3);
+          c2_3 = _mm512_fmadd_ps(x2, b, c2_3);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 0]);
+          c0_4 = _mm512_fmadd_ps(x0, b, c0_4);
+          c1_4 = _mm512_fmadd_ps(x1, b, c1_4);
+          c2_4 = _mm512_fmadd_ps(x2, b, c2_4);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 1]);
+          c0_5 = _mm512_fmadd_ps(x0, b, c0_5);
+          c1_5 = _mm512_fmadd_ps(x1, b, c1_5);
+          c2_5 = _mm512_fmadd_ps(x2, b, c2_5);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 2]);
+          c0_6 = _mm512_fmadd_ps(x0, b, c0_6);
+          c1_6 = _mm512_fmadd_ps(x1, b, c1_6);
+          c2_6 = _mm512_fmadd_ps(x2, b, c2_6);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 3]);
+          c0_7 = _mm512_fmadd_ps(x0, b, c0_7);
+          c1_7 = _mm512_fmadd_ps(x1, b, c1_7);
+          c2_7 = _mm512_fmadd_ps(x2, b, c2_7);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 0 * ldc + 32, _mm512_fmadd_ps(c2_0, al, _mm512_loadu_ps(cc + 0 * ldc + 32)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 32, _mm512_fmadd_ps(c2_1, al, _mm512_loadu_ps(cc + 1 * ldc + 32)));
+    _mm512_storeu_ps(cc + 2 * ldc + 0, _mm512_fmadd_ps(c0_2, al, _mm512_loadu_ps(cc + 2 * ldc + 0)));
+    _mm512_storeu_ps(cc + 2 * ldc + 16, _mm512_fmadd_ps(c1_2, al, _mm512_loadu_ps(cc + 2 * ldc + 16)));
+    _mm512_storeu_ps(cc + 2 * ldc + 32, _mm512_fmadd_ps(c2_2, al, _mm512_loadu_ps(cc + 2 * ldc + 32)));
+    _mm512_storeu_ps(cc + 3 * ldc + 0, _mm512_fmadd_ps(c0_3, al, _mm512_loadu_ps(cc + 3 * ldc + 0)));
+    _mm512_storeu_ps(cc + 3 * ldc + 16, _mm512_fmadd_ps(c1_3, al, _mm512_loadu_ps(cc + 3 * ldc + 16)));
+    _mm512_storeu_ps(cc + 3 * ldc + 32, _mm512_fmadd_ps(c2_3, al, _mm512_loadu_ps(cc + 3 * ldc + 32)));
+    _mm512_storeu_ps(cc + 4 * ldc + 0, _mm512_fmadd_ps(c0_4, al, _mm512_loadu_ps(cc + 4 * ldc + 0)));
+    _mm512_storeu_ps(cc + 4 * ldc + 16, _mm512_fmadd_ps(c1_4, al, _mm512_loadu_ps(cc + 4 * ldc + 16)));
+    _mm512_storeu_ps(cc + 4 * ldc + 32, _mm512_fmadd_ps(c2_4, al, _mm512_loadu_ps(cc + 4 * ldc + 32)));
+    _mm512_storeu_ps(cc + 5 * ldc + 0, _mm512_fmadd_ps(c0_5, al, _mm512_loadu_ps(cc + 5 * ldc + 0)));
+    _mm512_storeu_ps(cc + 5 * ldc + 16, _mm512_fmadd_ps(c1_5, al, _mm512_loadu_ps(cc + 5 * ldc + 16)));
+    _mm512_storeu_ps(cc + 5 * ldc + 32, _mm512_fmadd_ps(c2_5, al, _mm512_loadu_ps(cc + 5 * ldc + 32)));
+    _mm512_storeu_ps(cc + 6 * ldc + 0, _mm512_fmadd_ps(c0_6, al, _mm512_loadu_ps(cc + 6 * ldc + 0)));
+    _mm512_storeu_ps(cc + 6 * ldc + 16, _mm512_fmadd_ps(c1_6, al, _mm512_loadu_ps(cc + 6 * ldc + 16)));
+    _mm512_storeu_ps(cc + 6 * ldc + 32, _mm512_fmadd_ps(c2_6, al, _mm512_loadu_ps(cc + 6 * ldc + 32)));
+    _mm512_storeu_ps(cc + 7 * ldc + 0, _mm512_fmadd_ps(c0_7, al, _mm512_loadu_ps(cc + 7 * ldc + 0)));
+    _mm512_storeu_ps(cc + 7 * ldc + 16, _mm512_fmadd_ps(c1_7, al, _mm512_loadu_ps(cc + 7 * ldc + 16)));
+    _mm512_storeu_ps(cc + 7 * ldc + 32, _mm512_fmadd_ps(c2_7, al, _mm512_loadu_ps(cc + 7 * ldc + 32)));
+}
+
+static __attribute__((noinline)) void u_1_2_4_m(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c0_2 = _mm512_setzero_ps();
+    __m512 c0_3 = _mm512_setzero_ps();
+    __m512 c0_4 = _mm512_setzero_ps();
+    __m512 c0_5 = _mm512_setzero_ps();
+    __m512 c0_6 = _mm512_setzero_ps();
+    __m512 c0_7 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 4 * k;
+    const float *b1 = pb + 1 * 4 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_maskz_loadu_ps(tm, a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 2]);
+          c0_2 = _mm512_fmadd_ps(x0, b, c0_2);
+        }
+        { __m512 b = _mm512_set1_ps(b0[4 * p + 3]);
+          c0_3 = _mm512_fmadd_ps(x0, b, c0_3);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 0]);
+          c0_4 = _mm512_fmadd_ps(x0, b, c0_4);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 1]);
+          c0_5 = _mm512_fmadd_ps(x0, b, c0_5);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 2]);
+          c0_6 = _mm512_fmadd_ps(x0, b, c0_6);
+        }
+        { __m512 b = _mm512_set1_ps(b1[4 * p + 3]);
+          c0_7 = _mm512_fmadd_ps(x0, b, c0_7);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_mask_storeu_ps(cc + 0 * ldc + 0, tm, _mm512_fmadd_ps(c0_0, al, _mm512_maskz_loadu_ps(tm, cc + 0 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 1 * ldc + 0, tm, _mm512_fmadd_ps(c0_1, al, _mm512_maskz_loadu_ps(tm, cc + 1 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 2 * ldc + 0, tm, _mm512_fmadd_ps(c0_2, al, _mm512_maskz_loadu_ps(tm, cc + 2 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 3 * ldc + 0, tm, _mm512_fmadd_ps(c0_3, al, _mm512_maskz_loadu_ps(tm, cc + 3 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 4 * ldc + 0, tm, _mm512_fmadd_ps(c0_4, al, _mm512_maskz_loadu_ps(tm, cc + 4 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 5 * ldc + 0, tm, _mm512_fmadd_ps(c0_5, al, _mm512_maskz_loadu_ps(tm, cc + 5 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 6 * ldc + 0, tm, _mm512_fmadd_ps(c0_6, al, _mm512_maskz_loadu_ps(tm, cc + 6 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 7 * ldc + 0, tm, _mm512_fmadd_ps(c0_7, al, _mm512_maskz_loadu_ps(tm, cc + 7 * ldc + 0)));
+}
+
+static void rows_a_2_4(long m, long k, float alpha, const float *A, long lda, const float *pb, float *cc, long ldc)
+{
+    long m16 = m >> 4, i = 0;
+    for (; i + 3 <= m16; i += 3) u_3_2_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 2) u_2_2_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 1) u_1_2_4(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m & 15) u_1_2_4_m(k, alpha, A + m16 * 16, lda, pb, cc + m16 * 16, ldc, (__mmask16)((1u << (m & 15)) - 1u));
+}
+
+static __attribute__((noinline)) void u_1_1_2(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 2 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+}
+
+static __attribute__((noinline)) void u_2_1_2(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *b0 = pb + 0 * 2 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+}
+
+static __attribute__((noinline)) void u_3_1_2(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c1_1 = _mm512_setzero_ps();
+    __m512 c2_0 = _mm512_setzero_ps();
+    __m512 c2_1 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *a2 = pa + 32;
+    const float *b0 = pb + 0 * 2 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        __m512 x2 = _mm512_loadu_ps(a2 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+          c2_0 = _mm512_fmadd_ps(x2, b, c2_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+          c1_1 = _mm512_fmadd_ps(x1, b, c1_1);
+          c2_1 = _mm512_fmadd_ps(x2, b, c2_1);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 0 * ldc + 32, _mm512_fmadd_ps(c2_0, al, _mm512_loadu_ps(cc + 0 * ldc + 32)));
+    _mm512_storeu_ps(cc + 1 * ldc + 0, _mm512_fmadd_ps(c0_1, al, _mm512_loadu_ps(cc + 1 * ldc + 0)));
+    _mm512_storeu_ps(cc + 1 * ldc + 16, _mm512_fmadd_ps(c1_1, al, _mm512_loadu_ps(cc + 1 * ldc + 16)));
+    _mm512_storeu_ps(cc + 1 * ldc + 32, _mm512_fmadd_ps(c2_1, al, _mm512_loadu_ps(cc + 1 * ldc + 32)));
+}
+
+static __attribute__((noinline)) void u_1_1_2_m(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c0_1 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 2 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_maskz_loadu_ps(tm, a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+        { __m512 b = _mm512_set1_ps(b0[2 * p + 1]);
+          c0_1 = _mm512_fmadd_ps(x0, b, c0_1);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_mask_storeu_ps(cc + 0 * ldc + 0, tm, _mm512_fmadd_ps(c0_0, al, _mm512_maskz_loadu_ps(tm, cc + 0 * ldc + 0)));
+    _mm512_mask_storeu_ps(cc + 1 * ldc + 0, tm, _mm512_fmadd_ps(c0_1, al, _mm512_maskz_loadu_ps(tm, cc + 1 * ldc + 0)));
+}
+
+static void rows_a_1_2(long m, long k, float alpha, const float *A, long lda, const float *pb, float *cc, long ldc)
+{
+    long m16 = m >> 4, i = 0;
+    for (; i + 3 <= m16; i += 3) u_3_1_2(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 2) u_2_1_2(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 1) u_1_1_2(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m & 15) u_1_1_2_m(k, alpha, A + m16 * 16, lda, pb, cc + m16 * 16, ldc, (__mmask16)((1u << (m & 15)) - 1u));
+}
+
+static __attribute__((noinline)) void u_1_1_1(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 1 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[1 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+}
+
+static __attribute__((noinline)) void u_2_1_1(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *b0 = pb + 0 * 1 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[1 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+}
+
+static __attribute__((noinline)) void u_3_1_1(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    __m512 c1_0 = _mm512_setzero_ps();
+    __m512 c2_0 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *a1 = pa + 16;
+    const float *a2 = pa + 32;
+    const float *b0 = pb + 0 * 1 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_loadu_ps(a0 + p * lda);
+        __m512 x1 = _mm512_loadu_ps(a1 + p * lda);
+        __m512 x2 = _mm512_loadu_ps(a2 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[1 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+          c1_0 = _mm512_fmadd_ps(x1, b, c1_0);
+          c2_0 = _mm512_fmadd_ps(x2, b, c2_0);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_storeu_ps(cc + 0 * ldc + 0, _mm512_fmadd_ps(c0_0, al, _mm512_loadu_ps(cc + 0 * ldc + 0)));
+    _mm512_storeu_ps(cc + 0 * ldc + 16, _mm512_fmadd_ps(c1_0, al, _mm512_loadu_ps(cc + 0 * ldc + 16)));
+    _mm512_storeu_ps(cc + 0 * ldc + 32, _mm512_fmadd_ps(c2_0, al, _mm512_loadu_ps(cc + 0 * ldc + 32)));
+}
+
+static __attribute__((noinline)) void u_1_1_1_m(long k, float alpha, const float *pa, long lda, const float *pb, float *cc, long ldc, __mmask16 tm)
+{
+    __m512 c0_0 = _mm512_setzero_ps();
+    const float *a0 = pa + 0;
+    const float *b0 = pb + 0 * 1 * k;
+    _Pragma("GCC unroll 4")
+    for (long p = 0; p < k; p++) {
+        __m512 x0 = _mm512_maskz_loadu_ps(tm, a0 + p * lda);
+        { __m512 b = _mm512_set1_ps(b0[1 * p + 0]);
+          c0_0 = _mm512_fmadd_ps(x0, b, c0_0);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+    _mm512_mask_storeu_ps(cc + 0 * ldc + 0, tm, _mm512_fmadd_ps(c0_0, al, _mm512_maskz_loadu_ps(tm, cc + 0 * ldc + 0)));
+}
+
+static void rows_a_1_1(long m, long k, float alpha, const float *A, long lda, const float *pb, float *cc, long ldc)
+{
+    long m16 = m >> 4, i = 0;
+    for (; i + 3 <= m16; i += 3) u_3_1_1(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 2) u_2_1_1(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m16 - i == 1) u_1_1_1(k, alpha, A + i * 16, lda, pb, cc + i * 16, ldc, 0);
+    if (m & 15) u_1_1_1_m(k, alpha, A + m16 * 16, lda, pb, cc + m16 * 16, ldc, (__mmask16)((1u << (m & 15)) - 1u));
+}
+
+void sgemm_kernel_a(long m, long n, long k, float alpha, const float *A, long lda, const float *B, float *C, long ldc)
+{
+    long n4 = n >> 2, j = 0;
+    for (; j + 2 <= n4; j += 2) rows_a_2_4(m, k, alpha, A, lda, B + j * 4 * k, C + j * 4 * ldc, ldc);
+    if (n4 - j == 1) { rows_a_1_4(m, k, alpha, A, lda, B + j * 4 * k, C + j * 4 * ldc, ldc); j += 1; }
+    long r0 = j * 4;
+    const float *pb = B + r0 * k;
+    if (n & 2) { rows_a_1_2(m, k, alpha, A, lda, pb, C + r0 * ldc, ldc); pb += 2 * k; r0 += 2; }
+    if (n & 1) rows_a_1_1(m, k, alpha, A, lda, pb, C + r0 * ldc, ldc);
+}
