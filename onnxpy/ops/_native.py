@@ -10,7 +10,8 @@ and reaches 111-112 and 105-107: the products of BERT-base's and GPT-2's layers 
 It accumulates every output in the same order as OpenBLAS's kernel, so the results are the same bits.
 ``tools/native/kernels_avx512.c`` holds the exact and tanh GELU (the numpy passes' formulas, exp2 in registers:
 ``_ew_math.native_gelu``), the row normalizations (``normalization.native_rows``), depthwise convolutions
-(``conv._depthwise2d_native``) and 2-D pooling (``pool._pool2d_native``).
+(``conv._depthwise2d_native``), 2-D pooling (``pool._pool2d_native``) and convolutions with few input channels
+(``conv._conv2d_small_native``).
 
 The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' position-independent machine code
 (no relocations, no data, no calls out; ``tools/native/build.py`` builds it and checks that), which is copied into an
@@ -48,6 +49,8 @@ SIGNATURES = {
     "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR),
     "pool2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 3, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR, _PTR, _PTR),
     "win_pad_floats": ctypes.CFUNCTYPE(_I64, *[_I64] * 8),
+    "conv2d_small_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _I64, _I64, _PTR, _PTR, *[_I64] * 10, _PTR, _I64,
+                                         _PTR, _PTR),
 }
 # Constant tables the kernels read (they hold no data of their own): the even lanes 0, 2, ..., 30 (stride-2 column
 # picks) and -inf (max pooling's padding)

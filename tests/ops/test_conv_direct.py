@@ -40,6 +40,7 @@ def direct(monkeypatch):
     monkeypatch.setattr(conv_mod, "_conv2d_direct", spy)
     monkeypatch.setattr(conv_mod, "_DIRECT_MIN_C", 4)
     monkeypatch.setattr(conv_mod, "_DIRECT_MIN_RATIO", 1)
+    monkeypatch.setattr(conv_mod, "SMALL_NATIVE", False)  # (4 channels would take the native small-channel kernel)
     return taken
 
 

@@ -399,3 +399,44 @@ def test_packed_convolution_reads_windows_in_place_with_the_same_bits(C, M, H, s
 
     want = conv.conv(x, w, B, pads=[1, 1, 1, 1], strides=[s, s])
     np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-4)
+
+
+SMALL_CASES = [  # x shape, w shape, group, pads (top, left, bottom, right), strides, dilations
+    ((1, 3, 64, 64), (24, 3, 3, 3), 1, (1, 1, 1, 1), (2, 2), (1, 1)),
+    ((1, 3, 61, 58), (20, 3, 7, 7), 1, (3, 3, 3, 3), (2, 2), (1, 1)),
+    ((1, 3, 40, 40), (64, 3, 3, 3), 1, (1, 1, 1, 1), (1, 1), (1, 1)),
+    ((2, 6, 17, 19), (10, 3, 3, 2), 2, (1, 0, 2, 1), (1, 2), (1, 1)),
+    ((1, 4, 30, 31), (20, 1, 5, 5), 4, (2, 2, 2, 2), (2, 1), (2, 1)),
+    ((1, 2, 9, 70), (13, 2, 3, 3), 1, (0, 0, 0, 0), (3, 2), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", SMALL_CASES)
+@pytest.mark.parametrize("mode", ["fresh", "acc", "split"])
+def test_native_small_channel_convolution_matches_the_numpy_paths(case, mode, monkeypatch):
+    from onnxpy.ops import conv
+
+    _native_or_skip("conv2d_small_f32")
+    xs, ws, group, pads, s, d = case
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = (RNG.standard_normal(ws) * 0.3).astype(np.float32)
+    B = None if mode == "acc" else RNG.standard_normal(ws[0]).astype(np.float32)
+    kw = dict(pads=list(pads), strides=list(s), dilations=list(d), group=group)
+    monkeypatch.setattr(conv, "SMALL_NATIVE", False)
+    want = conv.conv(x, w, B, **kw)
+    monkeypatch.setattr(conv, "SMALL_NATIVE", True)
+    if mode == "split":
+        monkeypatch.setattr(conv, "_SMALL_SPLIT_MIN", 0)
+    out = None
+    if mode == "acc":
+        out = RNG.standard_normal(want.shape).astype(np.float32)
+        want = want + out
+    got = conv._conv2d_small_native(x, w, B, group, pads[:2], s, d, want.shape[2:], out, mode == "acc")
+    assert got is not None and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if mode == "fresh":  # (and the Conv kernel itself takes that path)
+        calls = []
+        real = conv._conv2d_small_native
+        monkeypatch.setattr(conv, "_conv2d_small_native", lambda *a, **k: calls.append(1) or real(*a, **k))
+        np.testing.assert_allclose(conv.conv(x, w, B, **kw), want, rtol=1e-5, atol=1e-5)
+        assert calls

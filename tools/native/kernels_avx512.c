@@ -322,3 +322,90 @@ long win_pad_floats(long KH, long KW, long sh, long sw, long dh, long dw, long H
     long Wp = ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
     return ((Ho - 1) * sh + (KH - 1) * dh + 1) * Wp;
 }
+
+/* Output rows oy .. oy + NR - 1, columns ox0 .. ox0 + 15, output channels m .. m + MB - 1 of a convolution whose
+   group's Cg input planes are padded at g->pad, plane after plane (`pstride` floats apart): acc[r * 8 + j] over
+   every input channel and tap, each tap's input vector loaded once per row and multiplied by MB weights. */
+static inline __attribute__((always_inline)) void conv_block(const win_geom *g, long Cg, long pstride,
+                                                             const float *wm, long wstride, long oy, long ox0,
+                                                             const int NR, const int MB, __m512 *acc)
+{
+    __m512 a[16];
+    for (int i = 0; i < NR * MB; i++) a[i] = acc[(i / MB) * 8 + i % MB];
+    const long rs = g->sh * g->Wp;
+    for (long c = 0; c < Cg; c++) {
+        const float *pc = g->pad + c * pstride;
+        for (long ky = 0; ky < g->KH; ky++) {
+            const float *r0 = pc + (oy * g->sh + ky * g->dh) * g->Wp + ox0 * g->sw;
+            for (long kx = 0; kx < g->KW; kx++) {
+                const float *q = r0 + kx * g->dw, *wt = wm + (c * g->KH + ky) * g->KW + kx;
+                __m512 v0 = win_load(g, q), v1 = NR > 1 ? win_load(g, q + rs) : v0;
+                for (int j = 0; j < MB; j++) {
+                    __m512 wv = _mm512_set1_ps(wt[j * wstride]);
+                    a[j] = _mm512_fmadd_ps(v0, wv, a[j]);
+                    if (NR > 1) a[MB + j] = _mm512_fmadd_ps(v1, wv, a[MB + j]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < NR * MB; i++) acc[(i / MB) * 8 + i % MB] = a[i];
+}
+
+/* A grouped 2-D convolution with few input channels per group (a network's first layer: 3 channels): x (N, C, H, W),
+   w (M, Cg, KH, KW), groups (Cg = C / groups, Mg = M / groups outputs each), strides sh and sw (sw 1 or 2),
+   dilations dh and dw, top/left pads pt and pl, into y (N, M, Ho, Wo): y = conv + bias (+ y with `accumulate`).
+   Per image and group the Cg input planes are copied once, padded, into `pad` (Cg x win_pad_floats(...) floats,
+   64-byte aligned); then two output rows x 16 columns x up to 8 output channels at a time (16 accumulators), every
+   tap's input vector loaded once for its 8 channels.  bias may be null; even: the lane indices 0, 2, ..., 30. */
+void conv2d_small_f32(long N, long C, long H, long W, const float *x, long M, long groups, const float *w,
+                      const float *bias, long KH, long KW, long sh, long sw, long dh, long dw, long pt, long pl,
+                      long Ho, long Wo, float *y, long accumulate, const int *restrict even, float *pad)
+{
+    long Cg = C / groups, Mg = M / groups;
+    win_geom g = win_geometry(H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, even, _mm512_setzero_ps(), pad);
+    long pstride = g.Hp * g.Wp, wstride = Cg * KH * KW;
+    for (long n = 0; n < N; n++)
+        for (long gr = 0; gr < groups; gr++) {
+            for (long c = 0; c < Cg; c++) {
+                win_geom gc = g;
+                gc.pad = pad + c * pstride;
+                win_pad(&gc, x + ((n * C) + gr * Cg + c) * H * W);
+            }
+            for (long m0 = 0; m0 < Mg; m0 += 8) {
+                long mb = Mg - m0 < 8 ? Mg - m0 : 8, m = gr * Mg + m0;
+                const float *wm = w + m * wstride;
+                float *ym = y + (n * M + m) * Ho * Wo;
+                for (long oy = 0; oy < Ho; oy += 2) {
+                    long nr = Ho - oy < 2 ? Ho - oy : 2;
+                    for (long ox0 = 0; ox0 < Wo; ox0 += 16) {
+                        __m512 acc[16];
+                        for (int i = 0; i < 16; i++)
+                            acc[i] = bias && i % 8 < mb ? _mm512_set1_ps(bias[m + i % 8]) : _mm512_setzero_ps();
+                        if (nr == 2 && mb == 8) {
+                            conv_block(&g, Cg, pstride, wm, wstride, oy, ox0, 2, 8, acc);
+                        } else {  /* (the last rows or channels: one channel at a time) */
+                            for (long j = 0; j < mb; j++) {
+                                __m512 t[16];
+                                t[0] = acc[j];
+                                t[8] = acc[8 + j];
+                                if (nr == 2)
+                                    conv_block(&g, Cg, pstride, wm + j * wstride, wstride, oy, ox0, 2, 1, t);
+                                else
+                                    conv_block(&g, Cg, pstride, wm + j * wstride, wstride, oy, ox0, 1, 1, t);
+                                acc[j] = t[0];
+                                acc[8 + j] = t[8];
+                            }
+                        }
+                        __mmask16 om = tail_mask(Wo - ox0);
+                        for (long r = 0; r < nr; r++)
+                            for (long j = 0; j < mb; j++) {
+                                float *o = ym + j * Ho * Wo + (oy + r) * Wo + ox0;
+                                __m512 v = acc[r * 8 + j];
+                                if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(om, o), v);
+                                _mm512_mask_storeu_ps(o, om, v);
+                            }
+                    }
+                }
+            }
+        }
+}
