@@ -10,8 +10,8 @@ and reaches 111-112 and 105-107: the products of BERT-base's and GPT-2's layers 
 It accumulates every output in the same order as OpenBLAS's kernel, so the results are the same bits.
 ``tools/native/kernels_avx512.c`` holds the exact and tanh GELU (the numpy passes' formulas, exp2 in registers:
 ``_ew_math.native_gelu``), the row normalizations (``normalization.native_rows``), depthwise convolutions
-(``conv._depthwise2d_native``), 2-D pooling (``pool._pool2d_native``) and convolutions with few input channels
-(``conv._conv2d_small_native``).
+(``conv._depthwise2d_native``), 2-D pooling (``pool._pool2d_native``), convolutions with few input channels
+(``conv._conv2d_small_native``) and attention's softmax (``contrib_transformer._softmax_native``).
 
 The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' position-independent machine code
 (no relocations, no data, no calls out; ``tools/native/build.py`` builds it and checks that), which is copied into an
@@ -49,6 +49,7 @@ SIGNATURES = {
     "dwconv2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _PTR, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR),
     "pool2d_f32": ctypes.CFUNCTYPE(None, *[_I64] * 3, _PTR, *[_I64] * 10, _PTR, _I64, _PTR, _PTR, _PTR, _PTR),
     "win_pad_floats": ctypes.CFUNCTYPE(_I64, *[_I64] * 8),
+    "softmax_keys_f32": ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64, _PTR, _PTR),
     "conv2d_small_f32": ctypes.CFUNCTYPE(None, *[_I64] * 4, _PTR, _I64, _I64, _PTR, _PTR, *[_I64] * 10, _PTR, _I64,
                                          _PTR, _PTR),
 }

@@ -440,3 +440,47 @@ def test_native_small_channel_convolution_matches_the_numpy_paths(case, mode, mo
         monkeypatch.setattr(conv, "_conv2d_small_native", lambda *a, **k: calls.append(1) or real(*a, **k))
         np.testing.assert_allclose(conv.conv(x, w, B, **kw), want, rtol=1e-5, atol=1e-5)
         assert calls
+
+
+ATTN_CASES = [  # B, N, S, T, head size, additive term shape (None: none), causal past (None: not causal)
+    (1, 12, 128, 128, 64, None, None),
+    (1, 6, 128, 128, 32, (1, 1, 1, 128), None),
+    (2, 5, 100, 140, 64, (2, 5, 100, 140), None),
+    (2, 4, 9, 9, 8, (2, 1, 9, 9), None),
+    (1, 12, 128, 128, 64, None, 0),
+    (1, 4, 7, 20, 16, None, 13),
+    (1, 2, 40, 40, 4, (1, 1, 40, 40), 0),
+    (1, 2, 40, 50, 4, (40, 50), 10),
+]
+
+
+@pytest.mark.parametrize("case", ATTN_CASES)
+def test_native_softmax_matches_the_numpy_attention(case, monkeypatch):
+    """The native pass between attention's two products gives the numpy steps' values, masked keys, rows whose
+    every visible key is -inf (numpy's masking of the causal keys with the lowest float then weighs those) and NaN
+    included."""
+    from onnxpy.ops import contrib_transformer as ct
+
+    _native_or_skip("softmax_keys_f32")
+    B, N, S, T, H, mask, causal = case
+    qkv = RNG.standard_normal((B, S, 3 * N * H)).astype(np.float32)
+    q = qkv[..., :N * H].reshape(B, S, N, H).transpose(0, 2, 1, 3)
+    kv = RNG.standard_normal((B, T, 2 * N * H)).astype(np.float32)
+    k = kv[..., :N * H].reshape(B, T, N, H).transpose(0, 2, 1, 3)
+    v = kv[..., N * H:].reshape(B, T, N, H).transpose(0, 2, 1, 3)
+    add = None if mask is None else RNG.standard_normal(mask).astype(np.float32)
+    if mask == (1, 1, 1, 128):
+        add[..., 100:] = -np.inf
+    if mask == (1, 1, 40, 40):
+        add[0, 0, 2, :] = -np.inf
+        add[0, 0, 4, 1] = np.nan
+        add[0, 0, 20, :21] = -np.inf
+    outs = []
+    for native in (False, True):
+        monkeypatch.setattr(ct, "SOFTMAX_NATIVE", native)
+        o = np.empty((B, S, N, H), np.float32)
+        with np.errstate(all="ignore"):
+            ct._mha_heads(0, N, q, k, v, 1 / np.sqrt(H), add, causal, o.transpose(0, 2, 1, 3), False)
+        outs.append(o)
+    assert np.array_equal(np.isnan(outs[0]), np.isnan(outs[1]))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6, equal_nan=True)

@@ -409,3 +409,65 @@ void conv2d_small_f32(long N, long C, long H, long W, const float *x, long M, lo
             }
         }
 }
+
+/* Attention's softmax over the keys of transposed scores: st holds `heads` blocks of T x S (keys x queries, queries
+   contiguous) raw products k q^T; each becomes exp(scale * st + a - max) with the max over the query's keys, and
+   den (heads x S) gets the sums (1 where a query has no finite score: its weights are all 0, as the numpy path
+   gives).  a: the additive term as [heads, T, S] with strides ah, at, as (as 0 or 1; a null: none); causal_past >= 0:
+   query s sees keys t <= s + causal_past only (the others' scores become the lowest float, as the numpy path masks
+   them: they weigh 0 unless every key the query may see is -inf).  16 queries per vector, two passes over each
+   block (scaled scores and their maxima, then exp and sums).  K: exp2's table at K + 8, K[0] = log2 e, K[1] = -inf,
+   K[2] = the lowest float. */
+void softmax_keys_f32(long heads, long T, long S, float *st, float scale, const float *a, long ah, long at, long as,
+                      long causal_past, float *den, const float *restrict K)
+{
+    exp2_k t2 = exp2_table(K + 8);
+    __m512 log2e = _mm512_set1_ps(K[0]), ninf = _mm512_set1_ps(K[1]), sc = _mm512_set1_ps(scale);
+    __m512 zero = _mm512_setzero_ps(), one = t2.c[0], lowest = _mm512_set1_ps(K[2]);
+    __m512 lanes = _mm512_setzero_ps();
+    for (int i = 1; i < 16; i++) lanes = _mm512_mask_add_ps(lanes, (__mmask16)(0xFFFF << i), lanes, one);
+    for (long h = 0; h < heads; h++) {
+        float *sh = st + h * T * S;
+        const float *ahp = a ? a + h * ah : 0;
+        for (long s0 = 0; s0 < S; s0 += 16) {
+            __mmask16 m = tail_mask(S - s0);
+            /* (the last key each lane may see: s + causal_past) */
+            __m512 last = _mm512_add_ps(lanes, _mm512_set1_ps((float)(s0 + causal_past)));
+            __m512 mx = ninf;
+            /* (keys past every lane's causal window: masked for all 16 queries, not read) */
+            long tv = causal_past >= 0 && s0 + 15 + causal_past + 1 < T ? s0 + 15 + causal_past + 1 : T;
+            if (tv < T) mx = lowest;
+            for (long t = 0; t < tv; t++) {
+                float *p = sh + t * S + s0;
+                __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p), sc);
+                if (ahp) {
+                    const float *ap = ahp + t * at + s0 * as;
+                    x = _mm512_add_ps(x, as ? _mm512_maskz_loadu_ps(m, ap) : _mm512_set1_ps(*ap));
+                }
+                if (causal_past >= 0)
+                    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(_mm512_set1_ps((float)t), last, _CMP_GT_OQ), lowest);
+                mx = _mm512_max_ps(x, mx);
+                _mm512_mask_storeu_ps(p, m, x);
+            }
+            /* (a query with no finite maximum: shifted by 0, as the numpy path does) */
+            mx = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ), zero);
+            __m512 sum = zero;
+            for (long t = 0; t < tv; t++) {
+                float *p = sh + t * S + s0;
+                __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p), mx);
+                __m512 e = exp2_ps(_mm512_mul_ps(x, log2e), &t2);  /* (-inf: exp2 clamps it to 2^-160, 0) */
+                sum = _mm512_add_ps(sum, e);
+                _mm512_mask_storeu_ps(p, m, e);
+            }
+            if (tv < T) {  /* (the masked keys' weight: 0, or 1 where the window's keys were all -inf) */
+                __m512 e = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(lowest, mx), log2e), &t2);
+                for (long t = tv; t < T; t++) {
+                    sum = _mm512_add_ps(sum, e);
+                    _mm512_mask_storeu_ps(sh + t * S + s0, m, e);
+                }
+            }
+            sum = _mm512_mask_mov_ps(sum, _mm512_cmp_ps_mask(sum, zero, _CMP_EQ_OQ), one);
+            _mm512_mask_storeu_ps(den + h * S + s0, m, sum);
+        }
+    }
+}
