@@ -8,7 +8,7 @@ FILES = {
     '_ew_math.py': 4004743750,
     '_jpeg.py': 400242634,
     '_ml_common.py': 3678432908,
-    '_native.py': 1251221310,
+    '_native.py': 3894231296,
     '_native_code.py': 1416624107,
     '_packed.py': 2036281319,
     '_shape_util.py': 3615842203,

@@ -1,5 +1,5 @@
-"""onnxpy's own kernels for x86-64 with AVX-512 (the packed products' GEMM micro-kernel, GELU, LayerNorm), loaded
-from machine code shipped in the wheel.
+"""onnxpy's own kernels for x86-64 with AVX-512 (GEMM micro-kernels, GELU, LayerNorm, softmax, depthwise and
+small-channel convolutions, pooling), loaded from machine code shipped in the wheel.
 
 The packed products (``_packed.py``) multiply constant weights packed once in OpenBLAS's layout by calling a
 micro-kernel per block.  OpenBLAS's SkylakeX kernel reaches ~89% of a core's peak on the benchmark machine (AMD EPYC,
@@ -18,8 +18,8 @@ The wheel stays pure Python: ``_native_code.py`` holds the compiled functions' p
 anonymous mapping, made executable (and no longer writable), and called through ctypes (which releases the GIL, as
 for OpenBLAS's own kernel).  Used only on Linux x86-64 where the CPU and the operating system support AVX-512F (the
 kernel's ``/proc/cpuinfo`` flags), when the embedded code's SHA-256 matches, and when ``ONNXPY_NATIVE_KERNEL`` is not
-``0``; otherwise -- or when the mapping cannot be made executable (a hardened kernel) -- OpenBLAS's kernel is used.
-``_packed``'s self-test then checks the products against numpy before any weight is packed.
+``0``; otherwise -- or when the mapping cannot be made executable (a hardened kernel) -- OpenBLAS's kernel and the
+numpy paths run.  ``_packed``'s self-test then checks the products against numpy before any weight is packed.
 """
 
 from __future__ import annotations

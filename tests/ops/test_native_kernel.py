@@ -16,6 +16,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RNG = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True)
+def _checked_calls(monkeypatch):
+    """Every native function fetched through ``_native.function`` checks its argument count here: ctypes lets a
+    prototype take more arguments than it declares (varargs), which would pass a wrong argument silently."""
+    table = _native._state[0]
+    if not table:
+        yield
+        return
+
+    def checked(name, fn):
+        n = len(fn.argtypes)
+
+        def call(*args):
+            assert len(args) == n, f"{name}: {len(args)} arguments for {n}"
+            return fn(*args)
+        call.argtypes = fn.argtypes
+        return call
+
+    monkeypatch.setattr(_native, "_state", [{name: checked(name, fn) for name, fn in table.items()}])
+    yield
+
+
 def _kernels():
     if not _packed.available():
         pytest.skip("packed products unavailable here")
