@@ -185,7 +185,7 @@ def native_gelu(src: np.ndarray, dst: np.ndarray, poly: tuple = _GH, name: str =
     native kernel ``name`` with coefficients ``poly`` (constant term first); False, doing nothing, where that kernel
     is not used (no AVX-512, turned off) -- the caller then runs the numpy passes."""
     if (not NATIVE or src.dtype != _F32 or dst.dtype != _F32 or src.size != dst.size or not src.flags.c_contiguous
-            or not dst.flags.c_contiguous):
+            or not dst.flags.c_contiguous or not dst.flags.writeable):
         return False
     fn = _native.function(name)
     if fn is None:

@@ -568,7 +568,7 @@ def _native_conv_setup(name, on, x, w, B, pb, strides, dilations, out_shape, out
     shape = (x.shape[0], w.shape[0], *out_shape)
     if out is None:
         out = np.zeros(shape, dtype=_F32) if acc else np.empty(shape, dtype=_F32)
-    elif out.dtype != _F32 or not out.flags.c_contiguous or out.shape != shape:
+    elif out.dtype != _F32 or not out.flags.c_contiguous or out.shape != shape or not out.flags.writeable:
         return None
     args = (strides[0], strides[1], dilations[0], dilations[1], pb[0], pb[1], *out_shape)
     return fn, out, np.ascontiguousarray(w), None if B is None else np.ascontiguousarray(B), args

@@ -98,9 +98,9 @@ def native_rows(x2: np.ndarray, eps: float, gamma: np.ndarray, beta=None, out=No
         skip_rows = skip.size // D
     if out is None:
         out = np.empty((rows, D), dtype=_F32)
-    elif not _c32(out) or out.shape != (rows, D):
+    elif not _c32(out) or out.shape != (rows, D) or not out.flags.writeable:
         return None
-    if stats is not None and (not _c32(stats) or stats.shape != (rows, 2)):
+    if stats is not None and (not _c32(stats) or stats.shape != (rows, 2) or not stats.flags.writeable):
         return None
     k = np.array((eps, 1.0))
     ptr = [None if v is None else v.ctypes.data for v in (skip, bias, beta, stats)]

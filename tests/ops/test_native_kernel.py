@@ -506,3 +506,26 @@ def test_native_softmax_matches_the_numpy_attention(case, monkeypatch):
         outs.append(o)
     assert np.array_equal(np.isnan(outs[0]), np.isnan(outs[1]))
     np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6, equal_nan=True)
+
+
+def test_native_paths_never_write_read_only_arrays():
+    """A read-only destination (a session constant) is declined: the numpy paths then raise as numpy does."""
+    from onnxpy.ops import _ew_math, conv
+    from onnxpy.ops import normalization as nz
+
+    _native_or_skip("gelu_erf_f32")
+    x = RNG.standard_normal(64).astype(np.float32)
+    ro = np.zeros(64, np.float32)
+    ro.setflags(write=False)
+    assert not _ew_math.native_gelu(x, ro)
+    assert np.all(ro == 0)
+    x2 = RNG.standard_normal((4, 16)).astype(np.float32)
+    ro2 = np.zeros((4, 16), np.float32)
+    ro2.setflags(write=False)
+    assert nz.native_rows(x2, 1e-5, np.ones(16, np.float32), out=ro2) is None
+    img = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = RNG.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    ro3 = np.zeros((1, 4, 9, 9), np.float32)
+    ro3.setflags(write=False)
+    assert conv._depthwise2d_native(img, w, None, (1, 1), (1, 1), (1, 1), (9, 9), ro3) is None
+    assert np.all(ro3 == 0)
