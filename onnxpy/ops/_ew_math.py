@@ -177,33 +177,31 @@ GELU_BLOCK = 65536  # elements per block: 4 blocks of 256 KiB (source, result, t
 # The GELUs' native forms (``_native.py``: the same formulas and roundings, exp2 in machine code, one pass over the
 # elements with the GIL released; test and measurement hook)
 NATIVE = True
-_native_tables: dict = {}
 
 
-def native_gelu(src: np.ndarray, dst: np.ndarray, poly: tuple = _GH, name: str = "gelu_erf_f32") -> bool:
-    """x / (1 + 2^(x P(x^2))) of float32 ``src`` into ``dst`` (same size, both C-contiguous; dst may be src) by the
-    native kernel ``name`` with coefficients ``poly`` (constant term first); False, doing nothing, where that kernel
-    is not used (no AVX-512, turned off) -- the caller then runs the numpy passes."""
-    if (not NATIVE or src.dtype != _F32 or dst.dtype != _F32 or src.size != dst.size or not src.flags.c_contiguous
-            or not dst.flags.c_contiguous or not dst.flags.writeable):
-        return False
+def native_gelu(src: np.ndarray, dst: np.ndarray | None = None, poly: tuple = _GH, name: str = "gelu_erf_f32"):
+    """x / (1 + 2^(x P(x^2))) of float32 ``src`` into ``dst`` (same size, both C-contiguous; dst may be src; None: a
+    fresh array) by the native kernel ``name`` with coefficients ``poly`` (constant term first): the result, or
+    None, doing nothing, where that kernel is not used (no AVX-512, turned off) -- the caller then runs the numpy
+    passes."""
+    if not NATIVE or src.dtype != _F32 or not src.flags.c_contiguous:
+        return None
+    if dst is not None and (dst.dtype != _F32 or src.size != dst.size or not dst.flags.c_contiguous
+                            or not dst.flags.writeable):
+        return None
     fn = _native.function(name)
     if fn is None:
-        return False
-    table = _native_tables.get(poly)
-    if table is None:
-        table = np.zeros(8 + len(_native.EXP2_TABLE), dtype=_F32)
-        table[:len(poly)] = poly
-        table[8:] = _native.EXP2_TABLE
-        _native_tables[poly] = table
-    fn(src.size, src.ctypes.data, dst.ctypes.data, table.ctypes.data)
-    return True
+        return None
+    if dst is None:
+        dst = np.empty(src.shape, dtype=_F32)
+    fn(src.size, src.ctypes.data, dst.ctypes.data, _native.exp2_constants(poly))
+    return dst
 
 
 def gelu_erf32_into(x: np.ndarray, out: np.ndarray, u: np.ndarray, p: np.ndarray) -> None:
     """out = x Phi(x) for equal-length 1-D float32 blocks; ``u``/``p`` are scratch of the same length (out may be
     x itself).  Floating-point warnings are the caller's business (exp overflows to inf for x < -9.5, giving -0)."""
-    if native_gelu(x, out):
+    if native_gelu(x, out) is not None:
         return
     np.multiply(x, x, out=u)
     g = _GH
@@ -239,7 +237,7 @@ def split_passes(part, n: int, *args) -> bool:
 
 
 def _gelu_part(lo, hi, fs, fd):
-    if native_gelu(fs[lo:hi], fd[lo:hi]):
+    if native_gelu(fs[lo:hi], fd[lo:hi]) is not None:
         return
     n = hi - lo
     u = np.empty(n, dtype=_F32)
@@ -254,7 +252,7 @@ def gelu_erf32(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     n = src.size
     fs = src.reshape(-1)
     fd = dst.reshape(-1)
-    if n and not split_passes(_gelu_part, n, fs, fd) and not native_gelu(fs, fd):
+    if n and not split_passes(_gelu_part, n, fs, fd) and native_gelu(fs, fd) is None:
         b = min(n, GELU_BLOCK)
         u = np.empty(b, dtype=_F32)
         p = np.empty(b, dtype=_F32)

@@ -62,6 +62,18 @@ NEG_INF = ctypes.addressof(_NEG_INF)
 # 2^f on [-0.5, 0.5] as its Taylor polynomial of degree 7 (relative error below 1e-8), constant term first, then
 # the bound exp2's argument is clamped to (2^160 overflows, 2^-160 underflows, as unclamped): the native exp2's table
 EXP2_TABLE = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(8)) + (160.0,)
+_exp2_tables: dict = {}
+
+
+def exp2_constants(head: tuple) -> int:
+    """The address of the constant table of a kernel that evaluates exp2 (GELU, softmax): its own constants ``head``
+    (at most 8) as float32, zeros up to index 8, then ``EXP2_TABLE``; one read-only copy per ``head``, kept for the
+    process."""
+    table = _exp2_tables.get(head)
+    if table is None:
+        values = list(head) + [0.0] * (8 - len(head)) + list(EXP2_TABLE)
+        table = _exp2_tables.setdefault(head, (ctypes.c_float * len(values))(*values))
+    return ctypes.addressof(table)
 _lock = threading.Lock()
 _state: list = [None]  # None: not tried; False: unavailable; else {name: ctypes function}
 

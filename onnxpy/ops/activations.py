@@ -226,10 +226,9 @@ def _gelu_tanh_block(x, out=None):
     instead of nine and a tanh (0.75-0.8x the time per block of 64K float32), and no cancellation in 1 + tanh(z) for
     negative x (max abs error 5e-7 over [-12, 12] in float32).  Into ``out`` when given (it may be ``x`` itself);
     exp2 overflows to inf for x below about -9.5, giving -0.0 as the tanh form does."""
-    if x.dtype == _fast._F32 and x.flags.c_contiguous:
-        dst = out if out is not None else np.empty(x.shape, dtype=x.dtype)
-        if _fast.native_gelu(x, dst, _GELU_TANH_POLY, "gelu_tanh_f32"):
-            return dst
+    res = _fast.native_gelu(x, out, _GELU_TANH_POLY, "gelu_tanh_f32")
+    if res is not None:
+        return res
     t = x.dtype.type
     u = x * x
     u *= t(_GELU_TANH_B)

@@ -261,53 +261,50 @@ def _key_sums(st: np.ndarray) -> np.ndarray:
 # sums over the keys) run as one native call over the scores (``_native.py``: two passes per 16 queries instead of
 # numpy's four to six over the whole stack, without the GIL; test and measurement hook)
 SOFTMAX_NATIVE = True
-_SOFTMAX_TABLE: list = []
+# (the native softmax's own constants: log2 e, -inf, the lowest float32, masking the keys past a causal window)
+_SOFTMAX_CONSTANTS = (math.log2(math.e), -math.inf, float(np.finfo(np.float32).min))
 
 
-def _softmax_native(k, q, v, scale, additive, causal_past, ov, plain) -> bool:
-    """:func:`_mha_heads`'s attention with the native softmax between numpy's products, into ``ov``; False, doing
-    nothing, where it does not apply (not float32, a causal window that leaves a query no key)."""
+def _native_softmax_term(q, k, v, additive, causal_past):
+    """(the native softmax kernel, the additive term as an array its strides suit or None, those strides (per head,
+    key, query)) where the native softmax applies to :func:`_mha_heads`'s attention, else None (not float32, a
+    causal window that leaves a query no key, a term that does not broadcast to the scores)."""
     if not SOFTMAX_NATIVE or q.dtype != _F32 or k.dtype != _F32 or v.dtype != _F32:
-        return False
+        return None
     fn = _native.function("softmax_keys_f32")
     if fn is None or causal_past is not None and (np.ndim(causal_past) or int(causal_past) < 0):
-        return False
+        return None
+    if additive is None:
+        return fn, None, (0, 0, 0)
     B, N, S = q.shape[:3]
     T = k.shape[2]
-    a = None
-    ah = at = as_ = 0
-    if additive is not None:
-        a = np.asarray(additive)
-        if a.dtype != _F32 or a.ndim > 4:
-            return False
-        a = a.reshape((1,) * (4 - a.ndim) + a.shape)
-        try:
-            a = np.broadcast_to(a, (B, N, S, T))
-        except ValueError:
-            return False
+    a = np.asarray(additive)
+    if a.dtype != _F32 or a.ndim > 4:
+        return None
+    a = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    try:
+        a = np.broadcast_to(a, (B, N, S, T))
+    except ValueError:
+        return None
+    sb, sn, ss, stt = (x // 4 for x in a.strides)
+    if ss not in (0, 1) and stt != 1 or not (sb == N * sn or B == 1 or sb == sn == 0):
+        a = np.ascontiguousarray(a)
         sb, sn, ss, stt = (x // 4 for x in a.strides)
-        if ss not in (0, 1) and stt != 1 or not (sb == N * sn or B == 1 or sb == sn == 0):
-            a = np.ascontiguousarray(a)
-            sb, sn, ss, stt = (x // 4 for x in a.strides)
-        if ss not in (0, 1):  # (queries a row apart: transposed once, as the numpy path does)
-            a = np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
-            sb, sn, ss, stt = (x // 4 for x in a.strides)
-        ah, at, as_ = (sn if N > 1 else sb), stt, ss
-    st = np.empty((B, N, T, S), dtype=_F32)
-    if plain or not _stacks_mm(k, q, st, False, True):
-        np.matmul(k, q.swapaxes(-1, -2), out=st)
+    if ss not in (0, 1):  # (queries a row apart: transposed once, as the numpy path does)
+        a = np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+        sb, sn, ss, stt = (x // 4 for x in a.strides)
+    return fn, a, ((sn if N > 1 else sb), stt, ss)
+
+
+def _native_softmax(st, scale, causal_past, native):
+    """The weights exp(scale st + term - max) over the keys of the raw scores ``st`` [B, N, T, S] in place, and
+    their sums [B, N, 1, S] (``native``: :func:`_native_softmax_term`'s)."""
+    fn, a, (ah, at, as_) = native
+    B, N, T, S = st.shape
     den = np.empty((B, N, 1, S), dtype=_F32)
-    if not _SOFTMAX_TABLE:
-        tb = np.zeros(8 + len(_native.EXP2_TABLE), dtype=_F32)
-        tb[0], tb[1], tb[2] = math.log2(math.e), -np.inf, np.finfo(np.float32).min
-        tb[8:] = _native.EXP2_TABLE
-        _SOFTMAX_TABLE.append(tb)
     fn(B * N, T, S, st.ctypes.data, float(scale), None if a is None else a.ctypes.data, ah, at, as_,
-       -1 if causal_past is None else int(causal_past), den.ctypes.data, _SOFTMAX_TABLE[0].ctypes.data)
-    if plain or not _stacks_mm(st, v, ov, True, False):
-        np.matmul(st.swapaxes(-1, -2), v, out=ov)
-    ov /= den.swapaxes(-1, -2)
-    return True
+       -1 if causal_past is None else int(causal_past), den.ctypes.data, _native.exp2_constants(_SOFTMAX_CONSTANTS))
+    return den
 
 
 def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
@@ -320,11 +317,14 @@ def _mha_heads(h0, h1, q, k, v, scale, additive, causal_past, ov, plain):
             additive = additive[:, h0:h1] if nd == 4 else additive[h0:h1]
     S, T = q.shape[2], k.shape[2]
     dt = q.dtype
-    if _softmax_native(k, q, v, scale, additive, causal_past, ov, plain):
-        return
-    st = _scores_t(k, q, additive, causal_past, S, T, dt, plain, scale)
-    den = None
-    if st.size and st.max() <= _EXP_SAFE:  # False for NaN
+    native = _native_softmax_term(q, k, v, additive, causal_past)
+    if native is not None:  # (the raw products, then the native softmax)
+        st = _scores_t(k, q, None, None, S, T, dt, plain)
+        den = _native_softmax(st, scale, causal_past, native)
+    else:
+        st = _scores_t(k, q, additive, causal_past, S, T, dt, plain, scale)
+        den = None
+    if den is None and st.size and st.max() <= _EXP_SAFE:  # False for NaN
         np.exp(st, out=st)
         den = _key_sums(st)
         if not den.min() >= _DEN_MIN:

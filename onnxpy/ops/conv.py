@@ -544,9 +544,9 @@ def _depthwise2d_flat(x, w, pb, pe, dilations, out_shape, group, B=None):
     return res if Wo == Wp else np.ascontiguousarray(res[..., :Wo])
 
 
-# Depthwise convolutions (one filter per channel) run as the native kernel where it is used (``_native.py``: each
-# output row 16 columns at a time, every tap one multiply-add on a masked load, no padded copy; test and measurement
-# hook)
+# Depthwise convolutions (one filter per channel) run as the native kernel where it is used (``_native.py``: four
+# output rows x 16 columns at a time over each plane padded once into scratch, every tap one multiply-add per row;
+# test and measurement hook)
 DW_NATIVE = True
 
 
@@ -556,9 +556,10 @@ _DW_SPLIT_MIN = 1 << 21
 
 
 def _native_conv_setup(name, on, x, w, B, pb, strides, dilations, out_shape, out, acc):
-    """(kernel, output, contiguous filter, bias, the kernel's arguments from the strides to the output width) for the
-    native convolution kernel ``name`` (``on``: its hook), or None where it is not used: not float32, a column
-    stride above 2, an input that is not C-contiguous, an ``out`` of another layout."""
+    """(kernel, output, contiguous filter, bias, the kernel's arguments from the strides to the output width, the
+    floats of scratch one padded input plane takes) for the native convolution kernel ``name`` (``on``: its hook), or
+    None where it is not used: not float32, a column stride above 2, an input that is not C-contiguous, an ``out``
+    of another layout."""
     if (not on or x.dtype != _F32 or w.dtype != _F32 or strides[1] > 2 or B is not None and B.dtype != _F32
             or not x.flags.c_contiguous):
         return None
@@ -571,18 +572,19 @@ def _native_conv_setup(name, on, x, w, B, pb, strides, dilations, out_shape, out
     elif out.dtype != _F32 or not out.flags.c_contiguous or out.shape != shape or not out.flags.writeable:
         return None
     args = (strides[0], strides[1], dilations[0], dilations[1], pb[0], pb[1], *out_shape)
-    return fn, out, np.ascontiguousarray(w), None if B is None else np.ascontiguousarray(B), args
+    pad_floats = _native.function("win_pad_floats")(*w.shape[2:], *args[:4], *out_shape)
+    return fn, out, np.ascontiguousarray(w), None if B is None else np.ascontiguousarray(B), args, pad_floats
 
 
-def _dw_native_part(lo, hi, fn, x, wc, bc, args, out, tail, pad_floats):
-    """Channels [lo, hi) of a single image (``args``: the kernel's arguments from the strides to the output width;
-    ``tail``: those after the output but the scratch, which each part allocates)."""
-    _, _, H, W = x.shape
+def _dw_native_part(lo, hi, fn, x, wc, bc, args, out, tail, pad_floats, n=0):
+    """Channels [lo, hi) of image ``n`` (``args``: the kernel's arguments from the strides to the output width;
+    ``tail``: those after the output but the scratch, which each part allocates, 64-byte aligned)."""
+    _, C, H, W = x.shape
     _, _, KH, KW = wc.shape
-    pad = _packed._aligned(pad_floats)  # (64-byte aligned)
-    fn(hi - lo, hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, wc.ctypes.data + 4 * lo * KH * KW,
+    pad = _packed._aligned(pad_floats)
+    fn(hi - lo, hi - lo, H, W, x.ctypes.data + 4 * (n * C + lo) * H * W, wc.ctypes.data + 4 * lo * KH * KW,
        None if bc is None else bc.ctypes.data + 4 * lo, KH, KW, *args,
-       out.ctypes.data + 4 * lo * out.shape[2] * out.shape[3], *tail, pad.ctypes.data)
+       out.ctypes.data + 4 * (n * C + lo) * out.shape[2] * out.shape[3], *tail, pad.ctypes.data)
 
 
 def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, acc=False):
@@ -591,19 +593,15 @@ def _depthwise2d_native(x, w, B, pb, strides, dilations, out_shape, out=None, ac
     setup = _native_conv_setup("dwconv2d_f32", DW_NATIVE, x, w, B, pb, strides, dilations, out_shape, out, acc)
     if setup is None:
         return None
-    fn, out, wc, bc, args = setup
-    N, C, H, W = x.shape
-    KH, KW = w.shape[2:]
-    Ho, Wo = out_shape
+    fn, out, wc, bc, args, pad_floats = setup
+    N, C = x.shape[:2]
     tail = (int(acc), _native.EVEN_LANES)
-    pad_floats = _native.function("win_pad_floats")(KH, KW, *args[:4], Ho, Wo)
-    if N == 1 and C > 1 and C * Ho * Wo * KH * KW >= _DW_SPLIT_MIN and _packed.run_ranges(
+    if N == 1 and C > 1 and out[0].size * w.shape[2] * w.shape[3] >= _DW_SPLIT_MIN and _packed.run_ranges(
             _dw_native_part, C, _packed._blas_threads(), fn, x, wc, bc, args, out, tail, pad_floats,
             single_blas=False):
         return out
-    pad = _packed._aligned(pad_floats)  # (64-byte aligned)
-    fn(N * C, C, H, W, x.ctypes.data, wc.ctypes.data, None if bc is None else bc.ctypes.data, KH, KW, *args,
-       out.ctypes.data, *tail, pad.ctypes.data)
+    for n in range(N):
+        _dw_native_part(0, C, fn, x, wc, bc, args, out, tail, pad_floats, n)
     return out
 
 
@@ -634,11 +632,10 @@ def _conv2d_small_native(x, w, B, group, pb, strides, dilations, out_shape, out=
                                acc)
     if setup is None:
         return None
-    fn, out, wc, bc, args = setup
+    fn, out, wc, bc, args, pad_floats = setup
     N, C, H, W = x.shape
     M, Cg, KH, KW = w.shape
     Ho, Wo = out_shape
-    pad_floats = _native.function("win_pad_floats")(KH, KW, *args[:4], Ho, Wo)
     if (N == 1 and group == 1 and M >= 16 and M * Cg * KH * KW * Ho * Wo >= _SMALL_SPLIT_MIN
             and _packed.run_ranges(_small_part, -(-M // 8), _packed._blas_threads(), fn, x, wc, bc, args, out, acc,
                                    pad_floats, single_blas=False)):

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from ..limits import check_alloc
+from ._common import F32 as _F32
 from ._common import ones_vector, text
 from ._spatial import ceil_div, check_rank, compute_dtype, explicit_pads, pad_array, prod, spatial_attr, windows
 from .registry import kernel
@@ -281,11 +282,10 @@ def _maxpool_indices(x, ks, st, dl, pb, pe, out, storage_order):
 
 
 # Float32 2-D max and average pooling run as the native kernel where it is used (``_native.py``: four output rows x
-# 16 columns per step, masked loads instead of a padded copy; test and measurement hook), split over the planes
+# 16 columns per step over each plane padded once into scratch; test and measurement hook), split over the planes
 # between the calling thread and a helper from this many window reads on (the kernel runs without the GIL)
 POOL_NATIVE = True
 _POOL_SPLIT_MIN = 1 << 22
-_F32 = np.dtype(np.float32)
 
 
 def _pool_native_part(lo, hi, fn, x, y, args, tail, pad_floats):
@@ -295,9 +295,10 @@ def _pool_native_part(lo, hi, fn, x, y, args, tail, pad_floats):
     fn(hi - lo, H, W, x.ctypes.data + 4 * lo * H * W, *args, y.ctypes.data + 4 * lo * Ho * Wo, *tail, pad.ctypes.data)
 
 
-def _pool2d_native(x, ks, st, dl, pb, out, mode, div=None):
-    """2-D max (mode 0) or average (mode 1, ``div``: the (Ho, Wo) float32 window counts) pooling of float32 ``x``
-    (N, C, H, W) with column stride 1 or 2 by the native kernel: a fresh array, or None where it is not used."""
+def _pool2d_native(x, ks, st, dl, pb, out, mode, pe=None, include_pad=False):
+    """2-D max (mode 0) or average (mode 1: divided by the window counts, from the end pads ``pe`` and
+    ``include_pad``) pooling of float32 ``x`` (N, C, H, W) with column stride 1 or 2 by the native kernel: a fresh
+    array, or None where it is not used."""
     if (not POOL_NATIVE or x.dtype != _F32 or x.ndim != 4 or len(ks) != 2 or st[1] > 2 or not x.flags.c_contiguous
             or x.size == 0):
         return None
@@ -306,6 +307,10 @@ def _pool2d_native(x, ks, st, dl, pb, out, mode, div=None):
         return None
     N, C, H, W = x.shape
     Ho, Wo = out
+    div = None
+    if mode == 1:
+        div = _native_divisor((H, W), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
+                              bool(include_pad))
     y = np.empty((N, C, Ho, Wo), dtype=_F32)
     args = (ks[0], ks[1], st[0], st[1], dl[0], dl[1], pb[0], pb[1], Ho, Wo)
     tail = (mode, None if div is None else div.ctypes.data, _native.NEG_INF, _native.EVEN_LANES)
@@ -642,12 +647,9 @@ def average_pool(X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
         return np.zeros(X.shape[:2] + tuple(out), dtype=X.dtype)
     if _whole_plane(X.shape[2:], ks, dl, pb, pe, out):  # (ShuffleNet's final 7x7 pooling): GlobalAveragePool
         return global_average_pool(X)
-    if x.dtype == _F32 and x.ndim == 4:
-        div = _native_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),
-                              bool(count_include_pad))
-        res = _pool2d_native(x, ks, st, dl, pb, out, 1, div)
-        if res is not None:
-            return res.astype(X.dtype, copy=False)
+    res = _pool2d_native(x, ks, st, dl, pb, out, 1, pe, count_include_pad)
+    if res is not None:
+        return res.astype(X.dtype, copy=False)
     small = _gemm_sized(X.shape, ks, _AVG_GEMM_S1_RATIO)
     if _FLAT_POOL and max(ks) <= 3 and not small and _flat_ok(X.shape[2:], ks, st, dl, pb, pe, out):  # (larger: GEMMs)
         div = _avg_divisor(tuple(X.shape[2:]), tuple(ks), tuple(st), tuple(dl), tuple(pb), tuple(pe), tuple(out),

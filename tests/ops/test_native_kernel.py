@@ -207,13 +207,13 @@ def test_native_gelu_in_place_and_odd_lengths():
     for n in (1, 15, 16, 17, 33, 1000):
         x = RNG.standard_normal(n + 3).astype(np.float32)
         ref = np.empty(n, np.float32)
-        assert _ew_math.native_gelu(x[:n], ref)
+        assert _ew_math.native_gelu(x[:n], ref) is ref
         y = x.copy()
-        assert _ew_math.native_gelu(y[:n], y[:n])  # (in place; the elements past n untouched)
+        assert _ew_math.native_gelu(y[:n], y[:n]) is not None  # (in place; the elements past n untouched)
         np.testing.assert_array_equal(y[:n], ref)
         np.testing.assert_array_equal(y[n:], x[n:])
-    assert not _ew_math.native_gelu(x[::2], np.empty(x[::2].size, np.float32))  # (strided: the numpy passes)
-    assert not _ew_math.native_gelu(x.astype(np.float64), np.empty(x.size))
+    assert _ew_math.native_gelu(x[::2], np.empty(x[::2].size, np.float32)) is None  # (strided: the numpy passes)
+    assert _ew_math.native_gelu(x.astype(np.float64), np.empty(x.size)) is None
 
 
 def _ln_ref(t, g, b, eps, simplified):
@@ -357,10 +357,9 @@ def test_native_pooling_matches_the_numpy_paths(case, split, monkeypatch):
         monkeypatch.setattr(pool, "POOL_NATIVE", False)
         want = op(x, **kw, **extra)
         monkeypatch.setattr(pool, "POOL_NATIVE", True)
-        assert pool._pool2d_native(x, *pool._pool_geometry(x, list(ks), list(st), list(dl), list(pads), "NOTSET",
-                                                           ceil, "P")[:3], pads[:2], want.shape[2:],
-                                   0 if op is pool.max_pool else 1,
-                                   np.ones(want.shape[2:], np.float32)) is not None
+        gk, gs, gd, gb, ge, _ = pool._pool_geometry(x, list(ks), list(st), list(dl), list(pads), "NOTSET", ceil, "P")
+        assert pool._pool2d_native(x, gk, gs, gd, gb, want.shape[2:], 0 if op is pool.max_pool else 1, ge,
+                                   extra.get("count_include_pad", 0)) is not None
         got = op(x, **kw, **extra)
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -517,7 +516,7 @@ def test_native_paths_never_write_read_only_arrays():
     x = RNG.standard_normal(64).astype(np.float32)
     ro = np.zeros(64, np.float32)
     ro.setflags(write=False)
-    assert not _ew_math.native_gelu(x, ro)
+    assert _ew_math.native_gelu(x, ro) is None
     assert np.all(ro == 0)
     x2 = RNG.standard_normal((4, 16)).astype(np.float32)
     ro2 = np.zeros((4, 16), np.float32)

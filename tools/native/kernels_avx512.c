@@ -178,12 +178,21 @@ typedef struct {
 } win_geom;
 
 /* The rows and columns of the padded copy: every row any output reads, and the columns of every 16-wide load. */
+static inline long win_rows(long KH, long sh, long dh, long Ho)
+{
+    return (Ho - 1) * sh + (KH - 1) * dh + 1;
+}
+
+static inline long win_pitch(long KW, long sw, long dw, long Wo)
+{
+    long last = (Wo - 1) / 16 * 16;  /* (the last block's first column) */
+    return ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
+}
+
 static inline win_geom win_geometry(long H, long W, long KH, long KW, long sh, long sw, long dh, long dw, long pt,
                                     long pl, long Ho, long Wo, const int *even, __m512 fill, float *pad)
 {
-    long last = (Wo - 1) / 16 * 16;  /* (the last block's first column) */
-    long Wp = ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
-    win_geom g = {H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, (Ho - 1) * sh + (KH - 1) * dh + 1, Wp,
+    win_geom g = {H, W, KH, KW, sh, sw, dh, dw, pt, pl, Ho, Wo, win_rows(KH, sh, dh, Ho), win_pitch(KW, sw, dw, Wo),
                   _mm512_loadu_si512((const void *)even), fill, pad};
     return g;
 }
@@ -318,9 +327,7 @@ void pool2d_f32(long planes, long H, long W, const float *x, long KH, long KW, l
 /* The scratch floats the two kernels above need for one plane (win_geometry's Hp x Wp). */
 long win_pad_floats(long KH, long KW, long sh, long sw, long dh, long dw, long Ho, long Wo)
 {
-    long last = (Wo - 1) / 16 * 16;
-    long Wp = ((last + 16) * sw + (KW - 1) * dw + 16 + 15) / 16 * 16;
-    return ((Ho - 1) * sh + (KH - 1) * dh + 1) * Wp;
+    return win_rows(KH, sh, dh, Ho) * win_pitch(KW, sw, dw, Wo);
 }
 
 /* Output rows oy .. oy + NR - 1, columns ox0 .. ox0 + 15, output channels m .. m + MB - 1 of a convolution whose
